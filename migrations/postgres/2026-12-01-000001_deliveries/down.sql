@@ -1,0 +1,3 @@
+DROP TABLE ledger_entries;
+DROP TABLE events;
+DROP TABLE deliveries;

@@ -1,0 +1,58 @@
+use crate::store::{Claimed, DbConn, StoreError, StoredResponse};
+use std::time::Duration;
+
+/// The logical operation behind a key. It runs inside the claim's transaction,
+/// so whatever it writes through `conn` commits together with the key's
+/// completion, or not at all.
+#[async_trait::async_trait(?Send)]
+pub trait Operation {
+    async fn run(
+        &self,
+        conn: &mut DbConn,
+        claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError>;
+}
+
+/// How an [`Operation`] can end other than with a response to store.
+#[derive(Debug, thiserror::Error)]
+pub enum OperationError {
+    /// A final answer that is not a success (for example a 422 for a payload
+    /// that will never be valid). Its effects are rolled back, but the response
+    /// is stored, so every repeat gets the same answer.
+    #[error("the operation rejected the request with status {}", .0.status)]
+    Rejected(StoredResponse),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A failure worth retrying: everything is rolled back and the key is
+    /// released, so the next attempt runs the operation again.
+    #[error(transparent)]
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What a request for a key gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// This request ran the operation; its response is now stored.
+    Processed(StoredResponse),
+    /// The key was already completed: the stored response, unchanged.
+    Replayed(StoredResponse),
+    /// Another request holds the key and did not finish within the bounded
+    /// wait. Nothing was run; the caller should retry after the given delay.
+    InProgress { retry_after: Duration },
+    /// The key was used before with a different payload. Nothing was run.
+    Mismatch,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the operation failed: {0}")]
+    Operation(Box<dyn std::error::Error + Send + Sync>),
+    /// The claim's lease expired and another attempt took the key over before
+    /// this one could complete; this attempt's effects were rolled back.
+    #[error("the claim's lease was taken over before it could complete")]
+    LeaseLost,
+    #[error("the stored delivery is inconsistent: {0}")]
+    Corrupt(&'static str),
+}

@@ -1,0 +1,152 @@
+//! `application/problem+json` (RFC 9457) answers: the one place where errors
+//! become HTTP. Every cause has its own `type`, documented in the README.
+
+use crate::providers::Rejection;
+use actix_web::HttpResponse;
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use serde::Serialize;
+use std::time::Duration;
+
+pub const CONTENT_TYPE_PROBLEM: &str = "application/problem+json";
+const TYPE_PREFIX: &str = "urn:idempotent-receiver:problem:";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, slug: &str, title: &'static str, detail: impl Into<String>) -> Problem {
+        Problem {
+            kind: format!("{TYPE_PREFIX}{slug}"),
+            title,
+            status: status.as_u16(),
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn retry_after(mut self, delay: Duration) -> Problem {
+        self.retry_after = Some(delay);
+        self
+    }
+
+    pub fn body(&self) -> Vec<u8> {
+        // Serialising a struct of strings and integers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn unknown_endpoint(name: &str) -> Problem {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "unknown-endpoint",
+            "Unknown endpoint",
+            format!("no endpoint named {name:?} is configured"),
+        )
+    }
+
+    pub fn payload_too_large(limit: usize) -> Problem {
+        Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            "Payload too large",
+            format!("the body exceeds the limit of {limit} bytes"),
+        )
+    }
+
+    pub fn unreadable_body() -> Problem {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "unreadable-body",
+            "Unreadable body",
+            "the request body could not be read",
+        )
+    }
+
+    pub fn key_reused() -> Problem {
+        Problem::new(
+            StatusCode::CONFLICT,
+            "key-reused",
+            "Key reused with a different payload",
+            "this key was already used for a request with a different payload; nothing was run",
+        )
+    }
+
+    pub fn in_progress(retry_after: Duration) -> Problem {
+        Problem::new(
+            StatusCode::CONFLICT,
+            "in-progress",
+            "Request in progress",
+            "another request with this key is being processed; retry later",
+        )
+        .retry_after(retry_after)
+    }
+
+    pub fn processing_failed() -> Problem {
+        Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "processing-failed",
+            "Processing failed",
+            "the delivery could not be processed; nothing was kept, so a retry runs it again",
+        )
+    }
+
+    pub fn unavailable() -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage-unavailable",
+            "Storage unavailable",
+            "the database is unavailable; nothing was processed, retry later",
+        )
+        .retry_after(Duration::from_secs(5))
+    }
+
+    pub fn to_response(&self) -> HttpResponse {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = HttpResponse::build(status);
+        response.insert_header((CONTENT_TYPE, CONTENT_TYPE_PROBLEM));
+        if let Some(delay) = self.retry_after {
+            response.insert_header((RETRY_AFTER, delay.as_secs().max(1).to_string()));
+        }
+        response.body(self.body())
+    }
+}
+
+impl From<&Rejection> for Problem {
+    fn from(rejection: &Rejection) -> Problem {
+        let detail = rejection.to_string();
+        match rejection {
+            Rejection::MissingHeader(_) => {
+                Problem::new(StatusCode::BAD_REQUEST, "missing-header", "Missing header", detail)
+            }
+            Rejection::MalformedHeader { .. } => {
+                Problem::new(StatusCode::BAD_REQUEST, "malformed-header", "Malformed header", detail)
+            }
+            Rejection::InvalidSignature => Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid-signature",
+                "Invalid signature",
+                detail,
+            ),
+            Rejection::StaleTimestamp { .. } => Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "stale-timestamp",
+                "Timestamp outside tolerance",
+                detail,
+            ),
+            Rejection::MalformedBody => {
+                Problem::new(StatusCode::BAD_REQUEST, "malformed-body", "Malformed body", detail)
+            }
+            Rejection::InvalidKey(_) => {
+                Problem::new(StatusCode::BAD_REQUEST, "invalid-key", "Invalid delivery id", detail)
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Signature schemes. A provider is a pure function of (headers, body,
+//! secrets, now): it performs no I/O and holds no clock of its own, so old
+//! published vectors verify by passing their own `now`.
+
+mod rejection;
+mod standard_webhooks;
+
+pub use rejection::Rejection;
+pub use standard_webhooks::StandardWebhooks;
+
+use actix_web::http::header::HeaderMap;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use std::time::Duration;
+
+/// The parts of a delivery a verifier looks at: the raw body, never a
+/// re-serialisation of it.
+pub struct SignedRequest<'a> {
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
+}
+
+/// A delivery whose signature checked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    /// Which configured secret matched (an index, never the value), so that
+    /// operators can tell when the old secret of a rotation stops being used.
+    pub secret_index: usize,
+}
+
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    /// The name used in configuration (`provider = "..."`).
+    fn name(&self) -> &'static str;
+
+    fn verify(&self, request: &SignedRequest<'_>, now: DateTime<Utc>)
+    -> Result<Verified, Rejection>;
+
+    /// The key of the delivery: the provider's delivery or event id.
+    fn delivery_id(&self, request: &SignedRequest<'_>, payload: &Value)
+    -> Result<String, Rejection>;
+
+    fn event_type(&self, request: &SignedRequest<'_>, payload: &Value) -> Option<String>;
+
+    /// The headers the provider would send for `body`, signed with the first
+    /// configured secret (for `send`, fixtures and tests).
+    fn sign(
+        &self,
+        delivery_id: &str,
+        timestamp: i64,
+        body: &[u8],
+    ) -> Result<Vec<(String, String)>, SignError>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignError {
+    #[error("the endpoint has no secret to sign with")]
+    NoSecret,
+}
+
+/// The provider names `provider = "..."` accepts.
+pub const PROVIDERS: &[&str] = &["standard-webhooks"];
+
+/// Builds the provider named in configuration. The error says what is wrong
+/// with which secret, never the secret itself.
+pub fn build(
+    name: &str,
+    secrets: &[String],
+    tolerance: Duration,
+) -> Result<Box<dyn Provider>, ProviderConfigError> {
+    match name {
+        "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(secrets, tolerance)?)),
+        _ => Err(ProviderConfigError::UnknownProvider),
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProviderConfigError {
+    #[error("unknown provider (expected one of: {})", PROVIDERS.join(", "))]
+    UnknownProvider,
+    #[error("secret #{index} is malformed: {reason}")]
+    MalformedSecret { index: usize, reason: &'static str },
+    #[error("no secret is configured")]
+    NoSecret,
+}
+
+/// A delivery id used as a key: 1 to 255 visible ASCII characters, so that it
+/// is safe in logs, URLs and downstream idempotency headers.
+pub fn check_key(key: &str) -> Result<(), Rejection> {
+    if key.is_empty() {
+        return Err(Rejection::InvalidKey("it is empty"));
+    }
+    if key.len() > 255 {
+        return Err(Rejection::InvalidKey("it is longer than 255 characters"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Rejection::InvalidKey("it has characters other than visible ASCII"));
+    }
+    Ok(())
+}
+
+/// A header's value as text; a header sent twice is ambiguous and refused.
+fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, Rejection> {
+    let mut values = headers.get_all(name);
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(Rejection::MalformedHeader {
+            header: name,
+            reason: "it is sent more than once",
+        });
+    }
+    first.to_str().map(Some).map_err(|_| Rejection::MalformedHeader {
+        header: name,
+        reason: "it is not visible ASCII",
+    })
+}
+
+/// Checks a signed timestamp against `now`, in both directions. A zero
+/// tolerance disables the check (for replaying recorded fixtures only).
+fn check_timestamp(timestamp: i64, now: DateTime<Utc>, tolerance: Duration) -> Result<(), Rejection> {
+    if tolerance.is_zero() {
+        return Ok(());
+    }
+    let skew = now.timestamp().abs_diff(timestamp);
+    if skew > tolerance.as_secs() {
+        return Err(Rejection::StaleTimestamp {
+            tolerance_secs: tolerance.as_secs(),
+        });
+    }
+    Ok(())
+}
+
+/// Parses a Unix timestamp in seconds; anything outside 2000..2200 is absurd.
+fn parse_timestamp(value: &str, header: &'static str) -> Result<i64, Rejection> {
+    const MIN: i64 = 946_684_800; // 2000-01-01
+    const MAX: i64 = 7_258_118_400; // 2200-01-01
+    let malformed = |reason| Rejection::MalformedHeader { header, reason };
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(malformed("it is not a Unix timestamp in seconds"));
+    }
+    let timestamp: i64 = value
+        .parse()
+        .map_err(|_| malformed("it is not a Unix timestamp in seconds"))?;
+    if !(MIN..=MAX).contains(&timestamp) {
+        return Err(malformed("it is not a plausible Unix timestamp"));
+    }
+    Ok(timestamp)
+}

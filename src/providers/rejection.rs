@@ -1,0 +1,20 @@
+/// Why a delivery was refused before anything was stored. Each cause has its
+/// own problem `type`, so a sender can tell a bad secret from a clock skew.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("the {0} header is missing")]
+    MissingHeader(&'static str),
+    #[error("the {header} header is malformed: {reason}")]
+    MalformedHeader {
+        header: &'static str,
+        reason: &'static str,
+    },
+    #[error("no signature matches any configured secret")]
+    InvalidSignature,
+    #[error("the timestamp is more than {tolerance_secs} s away from the receiver's clock")]
+    StaleTimestamp { tolerance_secs: u64 },
+    #[error("the body is not valid JSON")]
+    MalformedBody,
+    #[error("the delivery id is missing or invalid: {0}")]
+    InvalidKey(&'static str),
+}

@@ -1,0 +1,312 @@
+//! Standard Webhooks (the scheme Svix, Clerk, Resend and others send):
+//! `webhook-id`, `webhook-timestamp` and `webhook-signature` (or the same with
+//! `svix-`), HMAC-SHA256 over `{id}.{timestamp}.{body}`, base64, with the key
+//! being the base64 part of a `whsec_...` secret.
+
+use super::{
+    Provider, ProviderConfigError, Rejection, SignError, SignedRequest, Verified, check_key,
+    check_timestamp, header, parse_timestamp,
+};
+use crate::secret::Secret;
+use actix_web::http::header::HeaderMap;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use chrono::{DateTime, Utc};
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use std::time::Duration;
+
+type HmacSha256 = Hmac<Sha256>;
+
+const SECRET_PREFIX: &str = "whsec_";
+/// An HMAC-SHA256 tag is 32 bytes; anything else cannot match.
+const SIGNATURE_LEN: usize = 32;
+
+#[derive(Debug)]
+pub struct StandardWebhooks {
+    secrets: Vec<Secret>,
+    tolerance: Duration,
+}
+
+/// The three headers, each under its `webhook-` or its `svix-` name.
+struct Headers<'a> {
+    id: &'a str,
+    timestamp: &'a str,
+    signature: &'a str,
+}
+
+impl StandardWebhooks {
+    pub fn new(secrets: &[String], tolerance: Duration) -> Result<Self, ProviderConfigError> {
+        if secrets.is_empty() {
+            return Err(ProviderConfigError::NoSecret);
+        }
+        let secrets = secrets
+            .iter()
+            .enumerate()
+            .map(|(index, s)| {
+                Self::parse_secret(s)
+                    .map_err(|reason| ProviderConfigError::MalformedSecret { index, reason })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(StandardWebhooks { secrets, tolerance })
+    }
+
+    /// `whsec_` followed by base64; the prefix is optional, as in the spec.
+    pub fn parse_secret(secret: &str) -> Result<Secret, &'static str> {
+        let encoded = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
+        let key = STANDARD
+            .decode(encoded)
+            .map_err(|_| "expected whsec_ followed by base64")?;
+        if key.len() < 16 {
+            return Err("the key is shorter than 16 bytes");
+        }
+        Ok(Secret::new(key))
+    }
+
+    /// The signature of one message, as it appears after `v1,`.
+    pub fn signature(key: &Secret, id: &str, timestamp: &str, body: &[u8]) -> String {
+        STANDARD.encode(mac(key, id, timestamp, body).finalize().into_bytes())
+    }
+
+    fn headers<'a>(map: &'a HeaderMap) -> Result<Headers<'a>, Rejection> {
+        let either = |primary: &'static str, alias: &'static str| -> Result<&'a str, Rejection> {
+            match header(map, primary)? {
+                Some(value) => Ok(value),
+                None => header(map, alias)?.ok_or(Rejection::MissingHeader(primary)),
+            }
+        };
+        Ok(Headers {
+            id: either("webhook-id", "svix-id")?,
+            timestamp: either("webhook-timestamp", "svix-timestamp")?,
+            signature: either("webhook-signature", "svix-signature")?,
+        })
+    }
+}
+
+fn mac(key: &Secret, id: &str, timestamp: &str, body: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length, so this cannot fail; the fallback keeps
+    // the request path free of panics all the same.
+    let mut mac = HmacSha256::new_from_slice(key.expose())
+        .unwrap_or_else(|_| HmacSha256::new(&Default::default()));
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac
+}
+
+impl Provider for StandardWebhooks {
+    fn name(&self) -> &'static str {
+        "standard-webhooks"
+    }
+
+    fn verify(&self, request: &SignedRequest<'_>, now: DateTime<Utc>) -> Result<Verified, Rejection> {
+        let headers = Self::headers(request.headers)?;
+        let timestamp = parse_timestamp(headers.timestamp, "webhook-timestamp")?;
+        // `v1,<base64>` entries separated by spaces; other versions (such as
+        // `v1a` for asymmetric keys) are not ours to check here.
+        let mut candidates = Vec::new();
+        for entry in headers.signature.split(' ').filter(|e| !e.is_empty()) {
+            let Some((version, encoded)) = entry.split_once(',') else {
+                return Err(Rejection::MalformedHeader {
+                    header: "webhook-signature",
+                    reason: "expected space-separated v1,<base64> entries",
+                });
+            };
+            if version != "v1" {
+                continue;
+            }
+            let decoded = STANDARD.decode(encoded).map_err(|_| Rejection::MalformedHeader {
+                header: "webhook-signature",
+                reason: "a v1 signature is not base64",
+            })?;
+            candidates.push(decoded);
+        }
+        let matched = self.secrets.iter().position(|secret| {
+            candidates.iter().any(|candidate| {
+                // verify_slice is constant-time and refuses any other length,
+                // so an empty `v1,` or a prefix of the right tag fails.
+                candidate.len() == SIGNATURE_LEN
+                    && mac(secret, headers.id, headers.timestamp, request.body)
+                        .verify_slice(candidate)
+                        .is_ok()
+            })
+        });
+        let secret_index = matched.ok_or(Rejection::InvalidSignature)?;
+        check_timestamp(timestamp, now, self.tolerance)?;
+        Ok(Verified { secret_index })
+    }
+
+    fn delivery_id(&self, request: &SignedRequest<'_>, _: &Value) -> Result<String, Rejection> {
+        let id = Self::headers(request.headers)?.id;
+        check_key(id)?;
+        Ok(id.to_owned())
+    }
+
+    fn event_type(&self, _: &SignedRequest<'_>, payload: &Value) -> Option<String> {
+        payload.get("type")?.as_str().map(str::to_owned)
+    }
+
+    fn sign(
+        &self,
+        delivery_id: &str,
+        timestamp: i64,
+        body: &[u8],
+    ) -> Result<Vec<(String, String)>, SignError> {
+        let secret = self.secrets.first().ok_or(SignError::NoSecret)?;
+        let timestamp = timestamp.to_string();
+        let signature = Self::signature(secret, delivery_id, &timestamp, body);
+        Ok(vec![
+            ("webhook-id".into(), delivery_id.into()),
+            ("webhook-timestamp".into(), timestamp),
+            ("webhook-signature".into(), format!("v1,{signature}")),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::http::header::{HeaderName, HeaderValue};
+
+    // The example in Svix's "Verifying webhooks manually" documentation, which
+    // is also the Standard Webhooks specification's worked example.
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const TIMESTAMP: i64 = 1_614_265_330;
+    const BODY: &[u8] = br#"{"test": 2432232314}"#;
+    const SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+
+    fn provider(secrets: &[&str]) -> StandardWebhooks {
+        let secrets: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
+        StandardWebhooks::new(&secrets, Duration::from_secs(300)).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn at(timestamp: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(timestamp, 0).unwrap()
+    }
+
+    fn verify(p: &StandardWebhooks, signature: &str, now: i64) -> Result<Verified, Rejection> {
+        let ts = TIMESTAMP.to_string();
+        let map = headers(&[
+            ("webhook-id", ID),
+            ("webhook-timestamp", &ts),
+            ("webhook-signature", signature),
+        ]);
+        p.verify(&SignedRequest { headers: &map, body: BODY }, at(now))
+    }
+
+    #[test]
+    fn the_published_example_verifies() {
+        assert_eq!(
+            verify(&provider(&[SECRET]), SIGNATURE, TIMESTAMP),
+            Ok(Verified { secret_index: 0 })
+        );
+    }
+
+    #[test]
+    fn signing_reproduces_the_published_signature() {
+        let headers = provider(&[SECRET]).sign(ID, TIMESTAMP, BODY).unwrap();
+        assert_eq!(headers[2], ("webhook-signature".into(), SIGNATURE.into()));
+    }
+
+    #[test]
+    fn any_of_several_signatures_and_any_of_several_secrets_may_match() {
+        let other = "whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg=";
+        let p = provider(&[other, SECRET]);
+        let list = format!("v1,AAAA v1a,ignored {SIGNATURE}");
+        assert_eq!(verify(&p, &list, TIMESTAMP), Ok(Verified { secret_index: 1 }));
+    }
+
+    #[test]
+    fn empty_truncated_and_prefix_signatures_fail() {
+        let p = provider(&[SECRET]);
+        let full = SIGNATURE.strip_prefix("v1,").unwrap();
+        let raw = STANDARD.decode(full).unwrap();
+        let prefix = format!("v1,{}", STANDARD.encode(&raw[..16]));
+        for signature in ["v1,", "", " ", "v2,abc", &prefix, &SIGNATURE[..SIGNATURE.len() - 4]] {
+            let result = verify(&p, signature, TIMESTAMP);
+            assert!(result.is_err(), "{signature:?} must not verify");
+        }
+        assert_eq!(verify(&p, "v1,", TIMESTAMP), Err(Rejection::InvalidSignature));
+        assert_eq!(verify(&p, &prefix, TIMESTAMP), Err(Rejection::InvalidSignature));
+    }
+
+    #[test]
+    fn a_wrong_secret_fails() {
+        let p = provider(&["whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg="]);
+        assert_eq!(verify(&p, SIGNATURE, TIMESTAMP), Err(Rejection::InvalidSignature));
+    }
+
+    #[test]
+    fn the_timestamp_is_checked_in_both_directions() {
+        let p = provider(&[SECRET]);
+        assert!(verify(&p, SIGNATURE, TIMESTAMP + 300).is_ok());
+        assert!(verify(&p, SIGNATURE, TIMESTAMP - 300).is_ok());
+        let stale = Err(Rejection::StaleTimestamp { tolerance_secs: 300 });
+        assert_eq!(verify(&p, SIGNATURE, TIMESTAMP + 301), stale);
+        assert_eq!(verify(&p, SIGNATURE, TIMESTAMP - 301), stale);
+    }
+
+    #[test]
+    fn a_zero_tolerance_accepts_an_old_recorded_delivery() {
+        let p = StandardWebhooks::new(&[SECRET.into()], Duration::ZERO).unwrap();
+        assert!(verify(&p, SIGNATURE, TIMESTAMP + 86_400 * 365).is_ok());
+    }
+
+    #[test]
+    fn svix_header_names_are_accepted() {
+        let ts = TIMESTAMP.to_string();
+        let map = headers(&[("svix-id", ID), ("svix-timestamp", &ts), ("svix-signature", SIGNATURE)]);
+        let p = provider(&[SECRET]);
+        assert!(p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)).is_ok());
+    }
+
+    #[test]
+    fn missing_and_malformed_headers_are_told_apart() {
+        let p = provider(&[SECRET]);
+        let map = headers(&[("webhook-id", ID), ("webhook-signature", SIGNATURE)]);
+        assert_eq!(
+            p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)),
+            Err(Rejection::MissingHeader("webhook-timestamp"))
+        );
+        let map = headers(&[("webhook-id", ID), ("webhook-timestamp", "soon"), ("webhook-signature", SIGNATURE)]);
+        assert!(matches!(
+            p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)),
+            Err(Rejection::MalformedHeader { header: "webhook-timestamp", .. })
+        ));
+        let ts = TIMESTAMP.to_string();
+        let map = headers(&[("webhook-id", ID), ("webhook-timestamp", &ts), ("webhook-signature", "v1,!!notbase64")]);
+        assert!(matches!(
+            p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)),
+            Err(Rejection::MalformedHeader { header: "webhook-signature", .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_secrets_are_refused_at_configuration() {
+        for bad in ["whsec_", "whsec_!!!", "whsec_c2hvcnQ="] {
+            assert!(matches!(
+                StandardWebhooks::new(&[bad.into()], Duration::ZERO),
+                Err(ProviderConfigError::MalformedSecret { index: 0, .. })
+            ));
+        }
+        assert_eq!(
+            StandardWebhooks::new(&[], Duration::ZERO).unwrap_err(),
+            ProviderConfigError::NoSecret
+        );
+    }
+}

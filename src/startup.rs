@@ -1,0 +1,151 @@
+//! Wiring: settings → store (migrated) → engine → faces → a running server.
+
+use crate::config::{ConfigError, Settings};
+use crate::engine::{Engine, EngineOptions};
+use crate::handlers::Registry;
+use crate::health;
+use crate::store::{Store, StoreError, StoreOptions};
+use crate::webhooks::{Endpoint, Webhooks};
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer};
+use std::net::TcpListener;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot prepare the database: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub fn store_options(settings: &Settings) -> StoreOptions {
+    StoreOptions {
+        pool_size: settings.pool_size,
+        lock_wait: settings.in_progress_wait,
+        ..StoreOptions::default()
+    }
+}
+
+/// Connects and applies the pending migrations.
+pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
+    let store = Store::connect(&settings.database, &store_options(settings))?;
+    let applied = store.migrate().await?;
+    if applied > 0 {
+        tracing::info!(applied, "applied database migrations");
+    }
+    Ok(store)
+}
+
+/// The webhook face for the configured endpoints, with handlers looked up by
+/// name in `registry`.
+pub fn webhooks(settings: &Settings, store: Store, registry: &Registry) -> Result<Webhooks, ConfigError> {
+    let engine = Engine::new(
+        store,
+        EngineOptions {
+            lease: settings.lease,
+            in_progress_wait: settings.in_progress_wait,
+        },
+    );
+    let mut endpoints = Vec::new();
+    for endpoint in &settings.endpoints {
+        let mut handlers = Vec::new();
+        for name in &endpoint.handlers {
+            let handler = registry.get(name).ok_or_else(|| {
+                settings.invalid(
+                    &format!("endpoints.{}.handlers", endpoint.name),
+                    format!(
+                        "unknown handler {name:?} (known: {})",
+                        registry.names().collect::<Vec<_>>().join(", ")
+                    ),
+                )
+            })?;
+            handlers.push((name.clone(), handler));
+        }
+        endpoints.push(Endpoint {
+            name: endpoint.name.clone(),
+            provider: endpoint.provider.clone(),
+            handlers,
+            max_body: endpoint.max_body_bytes,
+        });
+    }
+    Ok(Webhooks::new(engine, endpoints))
+}
+
+/// A bound, not yet running server.
+pub struct Application {
+    port: u16,
+    server: Server,
+    store: Store,
+}
+
+impl Application {
+    /// Opens the store, migrates it, and binds `settings.listen` (port 0 picks
+    /// a free port; see [`Application::port`]).
+    pub async fn build(settings: &Settings, registry: &Registry) -> Result<Application, StartupError> {
+        let store = open_store(settings).await?;
+        Application::build_with_store(settings, registry, store)
+    }
+
+    pub fn build_with_store(
+        settings: &Settings,
+        registry: &Registry,
+        store: Store,
+    ) -> Result<Application, StartupError> {
+        let webhooks = webhooks(settings, store.clone(), registry)?;
+        let listen_error = |source| StartupError::Listen {
+            address: settings.listen.clone(),
+            source,
+        };
+        let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
+        let port = listener.local_addr().map_err(listen_error)?.port();
+        let health_store = store.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .configure(|cfg| webhooks.configure(cfg))
+                .configure(health::configure(health_store.clone()))
+        })
+        .shutdown_timeout(30)
+        .client_request_timeout(Duration::from_secs(10));
+        if let Some(workers) = settings.workers {
+            server = server.workers(workers);
+        }
+        let server = server.listen(listener).map_err(listen_error)?.run();
+        for endpoint in &settings.endpoints {
+            tracing::info!(
+                endpoint = %endpoint.name,
+                provider = endpoint.provider.name(),
+                url = %format!("http://{}:{port}/webhooks/{}", host_of(&settings.listen), endpoint.name),
+                "endpoint ready"
+            );
+        }
+        tracing::info!(database = %settings.database.redacted(), port, "listening");
+        Ok(Application { port, server, store })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+fn host_of(listen: &str) -> &str {
+    listen.rsplit_once(':').map(|(host, _)| host).unwrap_or(listen)
+}

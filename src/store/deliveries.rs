@@ -1,0 +1,166 @@
+//! The queries on `deliveries`, each written once for both backends.
+
+use super::schema::deliveries::{self, dsl};
+use super::{DbConn, StoreError};
+use crate::with_conn;
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+
+pub const IN_PROGRESS: &str = "in_progress";
+pub const COMPLETED: &str = "completed";
+
+/// A first claim on a key: the row is inserted `in_progress` with a lease.
+#[derive(Insertable, Debug)]
+#[diesel(table_name = deliveries)]
+pub struct NewClaim<'a> {
+    pub endpoint: &'a str,
+    pub delivery_id: &'a str,
+    pub request_hash: &'a str,
+    pub status: &'a str,
+    pub event_type: Option<&'a str>,
+    pub attempts: i32,
+    pub lease_owner: Option<&'a str>,
+    pub lease_expires_at: Option<NaiveDateTime>,
+    pub received_at: NaiveDateTime,
+}
+
+/// A row as the engine needs it to decide what a repeat gets.
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = deliveries)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub struct DeliveryRow {
+    pub endpoint: String,
+    pub delivery_id: String,
+    pub request_hash: String,
+    pub status: String,
+    pub event_type: Option<String>,
+    pub response_status: Option<i32>,
+    pub response_content_type: Option<String>,
+    pub response_body: Option<Vec<u8>>,
+    pub attempts: i32,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<NaiveDateTime>,
+    pub received_at: NaiveDateTime,
+    pub completed_at: Option<NaiveDateTime>,
+}
+
+/// The response a completed key replays, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+impl DeliveryRow {
+    /// The stored response of a completed row.
+    pub fn stored_response(&self) -> Option<StoredResponse> {
+        if self.status != COMPLETED {
+            return None;
+        }
+        Some(StoredResponse {
+            status: u16::try_from(self.response_status?).ok()?,
+            content_type: self.response_content_type.clone().unwrap_or_default(),
+            body: self.response_body.clone()?,
+        })
+    }
+}
+
+/// What a successful claim holds: the fencing token its completion must show.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub lease_owner: String,
+    pub attempt: i32,
+    pub taken_over: bool,
+}
+
+impl DbConn {
+    /// `INSERT ... ON CONFLICT DO NOTHING` on the primary key: true when this
+    /// call created the row, false when the key already exists. The database
+    /// decides; there is no read before it.
+    pub async fn insert_claim(&mut self, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
+        let inserted = with_conn!(self, |c| {
+            diesel::insert_into(deliveries::table)
+                .values(claim)
+                .on_conflict((dsl::endpoint, dsl::delivery_id))
+                .do_nothing()
+                .execute(c)
+                .await
+        })?;
+        Ok(inserted == 1)
+    }
+
+    pub async fn find_delivery(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+    ) -> Result<Option<DeliveryRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            deliveries::table
+                .find((endpoint, delivery_id))
+                .select(DeliveryRow::as_select())
+                .first(c)
+                .await
+                .optional()
+        })?)
+    }
+
+    /// Takes over an `in_progress` row whose lease expired, fenced on the owner
+    /// that was observed: of several retries racing for the same stale row,
+    /// exactly one update matches.
+    pub async fn take_over(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        observed_owner: &str,
+        new_owner: &str,
+        lease_expires_at: NaiveDateTime,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::status.eq(IN_PROGRESS))
+                .filter(dsl::lease_owner.eq(observed_owner))
+                .filter(dsl::lease_expires_at.le(now))
+                .set((
+                    dsl::lease_owner.eq(new_owner),
+                    dsl::lease_expires_at.eq(lease_expires_at),
+                    dsl::attempts.eq(dsl::attempts + 1),
+                ))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Moves the claim to `completed` with its response, fenced by the lease
+    /// owner: false when the claim was taken over meanwhile, and then the
+    /// caller must roll back its effects.
+    pub async fn complete_delivery(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        lease_owner: &str,
+        response: &StoredResponse,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::status.eq(IN_PROGRESS))
+                .filter(dsl::lease_owner.eq(lease_owner))
+                .set((
+                    dsl::status.eq(COMPLETED),
+                    dsl::response_status.eq(i32::from(response.status)),
+                    dsl::response_content_type.eq(&response.content_type),
+                    dsl::response_body.eq(&response.body),
+                    dsl::completed_at.eq(now),
+                    dsl::lease_owner.eq(None::<String>),
+                    dsl::lease_expires_at.eq(None::<NaiveDateTime>),
+                ))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+}

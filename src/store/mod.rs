@@ -1,0 +1,150 @@
+//! The one store with two backends. Only this module knows which backend it
+//! talks to: everything above it sees [`Store`], [`DbConn`] and [`Transaction`],
+//! and writes each query once inside [`with_conn!`], which pastes it into one
+//! arm per backend so that it is compiled for both.
+
+mod deliveries;
+mod error;
+mod migrate;
+mod pool;
+pub mod schema;
+
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+use diesel_async::{AsyncConnection, TransactionManager};
+use std::sync::Arc;
+
+pub use deliveries::{COMPLETED, IN_PROGRESS, Claimed, DeliveryRow, NewClaim, StoredResponse};
+pub use error::StoreError;
+pub use pool::{DatabaseUrl, StoreOptions};
+
+/// The embedded backend's connection: diesel's synchronous SQLite connection,
+/// each call run on tokio's blocking pool.
+pub type SqliteConn = SyncConnectionWrapper<diesel::SqliteConnection>;
+/// The PostgreSQL connection (tokio-postgres underneath; no libpq).
+pub type PgConn = diesel_async::AsyncPgConnection;
+
+/// A pooled connection of either backend.
+pub enum DbConn {
+    Sqlite(Object<SqliteConn>),
+    Pg(Object<PgConn>),
+}
+
+/// Runs the same query code against whichever backend `$conn` (a `&mut DbConn`)
+/// holds. Inside the body `$c` is `&mut SqliteConn` in one arm and `&mut PgConn`
+/// in the other, so the body is written once and type-checked for both.
+///
+/// ```
+/// # async fn demo(conn: &mut idempotent_receiver::store::DbConn) -> diesel::QueryResult<i64> {
+/// use diesel::prelude::*;
+/// use diesel_async::RunQueryDsl;
+/// use idempotent_receiver::store::schema::ledger_entries;
+/// idempotent_receiver::with_conn!(conn, |c| {
+///     ledger_entries::table.count().get_result::<i64>(c).await
+/// })
+/// # }
+/// ```
+#[macro_export]
+macro_rules! with_conn {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::store::DbConn::Sqlite($c) => {
+                let $c: &mut $crate::store::SqliteConn = &mut *$c;
+                $body
+            }
+            $crate::store::DbConn::Pg($c) => {
+                let $c: &mut $crate::store::PgConn = &mut *$c;
+                $body
+            }
+        }
+    };
+}
+
+#[derive(Clone)]
+enum Pools {
+    Sqlite(Pool<SqliteConn>),
+    Pg(Pool<PgConn>),
+}
+
+/// A handle on the database: a connection pool of one backend. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pools: Pools,
+    url: Arc<DatabaseUrl>,
+}
+
+/// Which backend a [`Store`] talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Store {
+    pub fn backend(&self) -> Backend {
+        match self.pools {
+            Pools::Sqlite(_) => Backend::Sqlite,
+            Pools::Pg(_) => Backend::Postgres,
+        }
+    }
+
+    /// A connection outside any transaction, for reads.
+    pub async fn conn(&self) -> Result<DbConn, StoreError> {
+        Ok(match &self.pools {
+            Pools::Sqlite(pool) => DbConn::Sqlite(pool.get().await?),
+            Pools::Pg(pool) => DbConn::Pg(pool.get().await?),
+        })
+    }
+
+    /// Opens a transaction on a pooled connection. The caller must end it with
+    /// [`Transaction::commit`] or [`Transaction::rollback`]; a transaction that
+    /// is dropped open takes its connection out of the pool (the pool refuses
+    /// connections with an open transaction), so the database rolls it back.
+    pub async fn begin(&self) -> Result<Transaction, StoreError> {
+        let mut conn = self.conn().await?;
+        with_conn!(&mut conn, |c| begin(c).await)?;
+        Ok(Transaction { conn })
+    }
+
+    /// How many connections the pool holds and how many callers wait for one.
+    pub fn pool_status(&self) -> deadpool::Status {
+        match &self.pools {
+            Pools::Sqlite(pool) => pool.status(),
+            Pools::Pg(pool) => pool.status(),
+        }
+    }
+}
+
+async fn begin<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
+    C::TransactionManager::begin_transaction(c).await
+}
+
+async fn commit<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
+    C::TransactionManager::commit_transaction(c).await
+}
+
+async fn rollback<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
+    C::TransactionManager::rollback_transaction(c).await
+}
+
+/// An open database transaction that owns its connection. It is consumed by
+/// the call that ends it, so nothing can write through it afterwards.
+pub struct Transaction {
+    conn: DbConn,
+}
+
+impl Transaction {
+    pub fn conn(&mut self) -> &mut DbConn {
+        &mut self.conn
+    }
+
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        with_conn!(&mut self.conn, |c| commit(c).await)?;
+        Ok(())
+    }
+
+    pub async fn rollback(mut self) -> Result<(), StoreError> {
+        with_conn!(&mut self.conn, |c| rollback(c).await)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,208 @@
+use super::{PgConn, Pools, SqliteConn, Store, StoreError};
+use diesel::ConnectionError;
+use diesel_async::pooled_connection::deadpool::Pool;
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+use futures_util::FutureExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A parsed `database_url`: `sqlite://path/to/file.db` (relative or, with a
+/// third slash, absolute) or `postgres://...` / `postgresql://...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    pub fn parse(url: &str) -> Result<Self, String> {
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                return Err("a sqlite URL needs a file path, e.g. sqlite://data/receiver.db".into());
+            }
+            Ok(DatabaseUrl::Sqlite(PathBuf::from(path)))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(DatabaseUrl::Postgres(url.to_owned()))
+        } else {
+            Err("expected sqlite://PATH or postgres://USER@HOST/DB".into())
+        }
+    }
+
+    /// The URL with any password masked, for logs.
+    pub fn redacted(&self) -> String {
+        match self {
+            DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+            DatabaseUrl::Postgres(url) => redact_password(url),
+        }
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Pool and timeout settings of a [`Store`].
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub pool_size: usize,
+    /// How long a request waits for a free connection before it gets 503.
+    pub acquire_timeout: Duration,
+    /// How long a claim waits on a row that a concurrent transaction holds
+    /// (PostgreSQL `lock_timeout`) before the request answers 409.
+    pub lock_wait: Duration,
+    /// How long a SQLite writer waits for the single write lock.
+    pub busy_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            pool_size: 16,
+            acquire_timeout: Duration::from_secs(5),
+            lock_wait: Duration::from_secs(5),
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Store {
+    /// Builds the pool. No connection is opened yet: an unreachable database
+    /// shows up as [`StoreError::Unavailable`] on first use, and the pool
+    /// recovers by itself once the database is back.
+    pub fn connect(url: &DatabaseUrl, options: &StoreOptions) -> Result<Store, StoreError> {
+        let pools = match url {
+            DatabaseUrl::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| {
+                        StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+                    })?;
+                }
+                let pragmas = sqlite_pragmas(options.busy_timeout);
+                let mut config = ManagerConfig::<SqliteConn>::default();
+                config.custom_setup = Box::new(move |path| {
+                    let pragmas = pragmas.clone();
+                    let path = path.to_owned();
+                    async move {
+                        let mut conn = SqliteConn::establish(&path).await?;
+                        conn.batch_execute(&pragmas)
+                            .await
+                            .map_err(ConnectionError::CouldntSetupConfiguration)?;
+                        Ok(conn)
+                    }
+                    .boxed()
+                });
+                let manager = AsyncDieselConnectionManager::new_with_config(
+                    path.to_string_lossy(),
+                    config,
+                );
+                Pools::Sqlite(build_pool(manager, options)?)
+            }
+            DatabaseUrl::Postgres(url) => {
+                let setup = format!(
+                    "SET lock_timeout = '{}ms'",
+                    options.lock_wait.as_millis().max(1)
+                );
+                let mut config = ManagerConfig::<PgConn>::default();
+                config.custom_setup = Box::new(move |url| {
+                    let setup = setup.clone();
+                    let url = url.to_owned();
+                    async move {
+                        let mut conn = PgConn::establish(&url).await?;
+                        conn.batch_execute(&setup)
+                            .await
+                            .map_err(ConnectionError::CouldntSetupConfiguration)?;
+                        Ok(conn)
+                    }
+                    .boxed()
+                });
+                let manager = AsyncDieselConnectionManager::new_with_config(url.clone(), config);
+                Pools::Pg(build_pool(manager, options)?)
+            }
+        };
+        Ok(Store {
+            pools,
+            url: Arc::new(url.clone()),
+        })
+    }
+
+    pub fn url(&self) -> &DatabaseUrl {
+        &self.url
+    }
+}
+
+/// WAL lets readers (replays, admin) run beside the one writer. `synchronous =
+/// FULL` fsyncs the WAL on every commit: with NORMAL a power cut can lose the
+/// last commits, and a delivery we already answered 200 for would be lost for
+/// good, because the provider will not send it again. That costs throughput,
+/// which is PostgreSQL's job to provide.
+fn sqlite_pragmas(busy_timeout: Duration) -> String {
+    format!(
+        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+        busy_timeout.as_millis()
+    )
+}
+
+fn build_pool<C>(
+    manager: AsyncDieselConnectionManager<C>,
+    options: &StoreOptions,
+) -> Result<Pool<C>, StoreError>
+where
+    C: diesel_async::pooled_connection::PoolableConnection + Send + 'static,
+    AsyncDieselConnectionManager<C>:
+        deadpool::managed::Manager<Type = C, Error = diesel_async::pooled_connection::PoolError>,
+{
+    Pool::builder(manager)
+        .max_size(options.pool_size.max(1))
+        .wait_timeout(Some(options.acquire_timeout))
+        .create_timeout(Some(options.acquire_timeout))
+        .recycle_timeout(Some(options.acquire_timeout))
+        .runtime(deadpool::Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_and_postgres_urls_are_told_apart() {
+        assert_eq!(
+            DatabaseUrl::parse("sqlite://data/receiver.db"),
+            Ok(DatabaseUrl::Sqlite("data/receiver.db".into()))
+        );
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:///var/lib/ir.db"),
+            Ok(DatabaseUrl::Sqlite("/var/lib/ir.db".into()))
+        );
+        assert!(matches!(
+            DatabaseUrl::parse("postgresql://u@h/db"),
+            Ok(DatabaseUrl::Postgres(_))
+        ));
+        assert!(DatabaseUrl::parse("mysql://h/db").is_err());
+        assert!(DatabaseUrl::parse("sqlite://").is_err());
+    }
+
+    #[test]
+    fn a_password_in_a_postgres_url_is_masked() {
+        let url = DatabaseUrl::parse("postgres://app:hunter2@db:5432/ir").unwrap();
+        assert_eq!(url.redacted(), "postgres://app:***@db:5432/ir");
+        let url = DatabaseUrl::parse("postgres://app@db/ir").unwrap();
+        assert_eq!(url.redacted(), "postgres://app@db/ir");
+    }
+}

@@ -1,0 +1,46 @@
+// The Diesel schema shared by both backends (see diesel.toml). The SQLite and
+// PostgreSQL migrations declare the same columns with the same Diesel types.
+
+diesel::table! {
+    deliveries (endpoint, delivery_id) {
+        endpoint -> Text,
+        delivery_id -> Text,
+        request_hash -> Text,
+        status -> Text,
+        event_type -> Nullable<Text>,
+        response_status -> Nullable<Integer>,
+        response_content_type -> Nullable<Text>,
+        response_body -> Nullable<Binary>,
+        attempts -> Integer,
+        lease_owner -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        received_at -> Timestamp,
+        completed_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    events (endpoint, delivery_id) {
+        endpoint -> Text,
+        delivery_id -> Text,
+        event_type -> Nullable<Text>,
+        payload -> Text,
+        recorded_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    ledger_entries (id) {
+        id -> BigInt,
+        endpoint -> Text,
+        delivery_id -> Text,
+        kind -> Text,
+        payment_id -> Text,
+        order_id -> Text,
+        amount -> BigInt,
+        currency -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(deliveries, events, ledger_entries);

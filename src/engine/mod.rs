@@ -113,10 +113,11 @@ impl Engine {
                 Step::Done(outcome) => return Ok(outcome),
                 Step::Rejected(response) => rejection = Some(response),
                 Step::Busy(retry_after) => {
-                    if Instant::now() + pause > deadline {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    if remaining.is_zero() {
                         return Ok(Outcome::InProgress { retry_after });
                     }
-                    tokio::time::sleep(pause).await;
+                    tokio::time::sleep(pause.min(remaining)).await;
                     pause = (pause * 2).min(MAX_PAUSE);
                 }
             }

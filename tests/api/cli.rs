@@ -1,0 +1,124 @@
+//! The binary as a new user runs it: `serve` with no configuration at all,
+//! then `send` twice with the same id.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn run(dir: &std::path::Path, listen: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env("IR_LISTEN", listen)
+        .env_remove("DATABASE_URL")
+        .env_remove("IR_CONFIG")
+        .env_remove("IR_DATA_DIR")
+        .output()
+        .unwrap()
+}
+
+async fn wait_until_healthy(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    while Instant::now() < deadline {
+        if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the server did not become ready");
+}
+
+/// The body `send` printed: everything after the first blank line.
+fn printed_body(output: &Output) -> String {
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_once("\n\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_fresh_start_serves_the_demo_endpoint_and_send_round_trips_with_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _server = Server(
+        Command::new(BIN)
+            .arg("serve")
+            .current_dir(dir.path())
+            .env("IR_LISTEN", &listen)
+            .env_remove("DATABASE_URL")
+            .env_remove("IR_CONFIG")
+            .env_remove("IR_DATA_DIR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_healthy(port).await;
+    let secret = std::fs::read_to_string(dir.path().join("data/demo.secret")).unwrap();
+    assert!(dir.path().join("data/receiver.db").exists());
+
+    let first = run(dir.path(), &listen, &["send", "--endpoint", "demo", "--id", "msg_readme"]);
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&first.stderr));
+    assert!(stdout.contains("HTTP 200"), "{stdout}");
+    assert!(!stdout.contains("idempotent-replayed"), "{stdout}");
+
+    let second = run(dir.path(), &listen, &["send", "--endpoint", "demo", "--id", "msg_readme"]);
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(stdout.contains("HTTP 200"), "{stdout}");
+    assert!(stdout.contains("idempotent-replayed: true"), "{stdout}");
+    assert_eq!(printed_body(&first), printed_body(&second));
+    assert!(printed_body(&first).contains("\"processed\""));
+
+    // The secret never reaches the output of either command.
+    let key = secret.trim().trim_start_matches("whsec_");
+    for output in [&first, &second] {
+        assert!(!String::from_utf8_lossy(&output.stdout).contains(key));
+        assert!(!String::from_utf8_lossy(&output.stderr).contains(key));
+    }
+}
+
+#[test]
+fn migrate_applies_the_migrations_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = run(dir.path(), "127.0.0.1:0", &["migrate"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(String::from_utf8_lossy(&first.stdout).contains("applied 1 migration"));
+    let second = run(dir.path(), "127.0.0.1:0", &["migrate"]);
+    assert!(String::from_utf8_lossy(&second.stdout).contains("applied 0 migration"));
+}
+
+#[test]
+fn every_command_has_help() {
+    for command in [&["--help"][..], &["serve", "--help"], &["migrate", "--help"], &["send", "--help"]] {
+        let output = Command::new(BIN).args(command).output().unwrap();
+        assert!(output.status.success(), "{command:?}");
+        assert!(String::from_utf8_lossy(&output.stdout).contains("Usage"));
+    }
+}
+
+#[test]
+fn a_bad_configuration_stops_start_up_naming_the_key_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("receiver.toml");
+    std::fs::write(&config, "[endpoints.shop]\nprovider = \"paypal\"\nsecrets = [\"x\"]\n").unwrap();
+    let output = run(dir.path(), "127.0.0.1:0", &["--config", config.to_str().unwrap(), "serve"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("receiver.toml") && stderr.contains("endpoints.shop.provider"), "{stderr}");
+}

@@ -1,0 +1,337 @@
+//! `TestApp`: a running receiver on a random port over a fresh database of
+//! either backend, with request helpers and a teardown that checks invariants.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use idempotent_receiver::config::Settings;
+use idempotent_receiver::handlers::{Handler, Registry};
+use idempotent_receiver::providers::Provider;
+use idempotent_receiver::startup::{self, Application};
+use idempotent_receiver::store::schema::deliveries;
+use idempotent_receiver::store::{DeliveryRow, PgConn, Store};
+use idempotent_receiver::with_conn;
+use std::io::Write;
+use std::sync::{Arc, Once};
+
+pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const OTHER_SECRET: &str = "whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg=";
+pub const ENDPOINT: &str = "shop";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs the same async test body on SQLite and on PostgreSQL, as two tests
+/// named `<name>::sqlite` and `<name>::postgres`.
+#[macro_export]
+macro_rules! both_backends {
+    ($(#[$meta:meta])* async fn $name:ident($app:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            async fn body($app: &$crate::helpers::TestApp) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let app = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Sqlite).await;
+                body(&app).await;
+                app.teardown().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let Some(app) = $crate::helpers::TestApp::spawn_if_available($crate::helpers::Backend::Postgres).await else {
+                    return;
+                };
+                body(&app).await;
+                app.teardown().await;
+            }
+        }
+    };
+}
+
+pub fn postgres_url() -> String {
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
+}
+
+fn postgres_required() -> bool {
+    std::env::var("IR_REQUIRE_POSTGRES").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// Says once per test binary, past libtest's output capture, that the
+/// PostgreSQL half was skipped.
+fn say_skipped(reason: &str) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "PostgreSQL tests SKIPPED: no server at {} ({reason}); set TEST_DATABASE_URL, or IR_REQUIRE_POSTGRES=1 to fail instead",
+            postgres_url()
+        );
+    });
+}
+
+/// A database of its own for one test: a SQLite file in a temporary folder,
+/// or a fresh schema in the PostgreSQL test database.
+enum Isolation {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { schema: String },
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub backend: Backend,
+    pub store: Store,
+    pub client: reqwest::Client,
+    pub provider: Arc<dyn Provider>,
+    pub settings: Settings,
+    server: actix_web::dev::ServerHandle,
+    isolation: Isolation,
+    data_dir: tempfile::TempDir,
+}
+
+/// Builds a TestApp with extra configuration or handlers.
+pub struct TestAppBuilder {
+    backend: Backend,
+    config: String,
+    handlers: Vec<String>,
+    registry: Registry,
+    database_url: Option<String>,
+    migrate: bool,
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        TestApp::builder(backend).spawn().await
+    }
+
+    pub async fn spawn_if_available(backend: Backend) -> Option<TestApp> {
+        TestApp::builder(backend).spawn_if_available().await
+    }
+
+    pub fn builder(backend: Backend) -> TestAppBuilder {
+        TestAppBuilder {
+            backend,
+            config: String::new(),
+            handlers: vec!["record".into(), "payments".into()],
+            registry: Registry::builtin(),
+            database_url: None,
+            migrate: true,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}/webhooks/{ENDPOINT}", self.address)
+    }
+
+    /// Delivers `body` as `id` to another configured endpoint (`other`).
+    pub async fn deliver_to(&self, endpoint: &str, id: &str, body: &[u8]) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}/webhooks/{endpoint}", self.address))
+            .header("content-type", "application/json")
+            .body(body.to_vec());
+        for (name, value) in self.signed_headers(id, now(), body) {
+            request = request.header(name, value);
+        }
+        request.send().await.expect("the receiver answers")
+    }
+
+    /// Signs `body` for `id` at `timestamp` with the endpoint's first secret.
+    pub fn signed_headers(&self, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
+        self.provider.sign(id, timestamp, body).expect("the test endpoint has a secret")
+    }
+
+    pub async fn post(&self, headers: &[(String, String)], body: Vec<u8>) -> reqwest::Response {
+        let mut request = self.client.post(self.url()).header("content-type", "application/json").body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send().await.expect("the receiver answers")
+    }
+
+    /// Delivers `body` as `id`, freshly signed.
+    pub async fn deliver(&self, id: &str, body: &[u8]) -> reqwest::Response {
+        self.deliver_at(id, body, now()).await
+    }
+
+    pub async fn deliver_at(&self, id: &str, body: &[u8], timestamp: i64) -> reqwest::Response {
+        let headers = self.signed_headers(id, timestamp, body);
+        self.post(&headers, body.to_vec()).await
+    }
+
+    pub async fn count(&self, table: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = self.store.conn().await.expect("a connection");
+        let sql = format!("SELECT COUNT(*) AS n FROM {table}");
+        let row: Count = with_conn!(&mut conn, |c| diesel::sql_query(&sql).get_result(c).await)
+            .expect("the count query runs");
+        row.n
+    }
+
+    pub async fn ledger_rows(&self) -> i64 {
+        self.count("ledger_entries").await
+    }
+
+    pub async fn delivery(&self, id: &str) -> Option<DeliveryRow> {
+        let mut conn = self.store.conn().await.expect("a connection");
+        conn.find_delivery(ENDPOINT, id).await.expect("the read runs")
+    }
+
+    /// Moves a delivery's `received_at` into the past, as if it had arrived
+    /// that long ago.
+    pub async fn age_delivery(&self, id: &str, by: chrono::TimeDelta) {
+        let mut conn = self.store.conn().await.expect("a connection");
+        let when = chrono::Utc::now().naive_utc() - by;
+        let updated = with_conn!(&mut conn, |c| {
+            diesel::update(deliveries::table.find((ENDPOINT, id)))
+                .set(deliveries::received_at.eq(when))
+                .execute(c)
+                .await
+        })
+        .expect("the update runs");
+        assert_eq!(updated, 1);
+    }
+
+    /// Checks what must hold after every test, then stops the server and
+    /// drops the test's database.
+    pub async fn teardown(self) {
+        #[derive(QueryableByName)]
+        struct Dup {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = self.store.conn().await.expect("a connection");
+        let doubled: Vec<Dup> = with_conn!(&mut conn, |c| {
+            diesel::sql_query(
+                "SELECT COUNT(*) AS n FROM ledger_entries GROUP BY endpoint, delivery_id HAVING COUNT(*) > 1",
+            )
+            .load(c)
+            .await
+        })
+        .expect("the invariant query runs");
+        assert!(doubled.is_empty(), "a delivery had more than one ledger effect");
+        drop(conn);
+        self.server.stop(false).await;
+        if let Isolation::Postgres { schema } = &self.isolation {
+            if let Ok(mut conn) = PgConn::establish(&postgres_url()).await {
+                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+            }
+        }
+        drop(self.data_dir);
+    }
+}
+
+pub fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+pub fn payment(payment_id: &str, amount: i64) -> Vec<u8> {
+    serde_json::json!({
+        "type": "payment.succeeded",
+        "data": { "id": payment_id, "order_id": "order_7", "amount": amount, "currency": "EUR" }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+impl TestAppBuilder {
+    /// Extra top-level TOML lines (before the endpoint table).
+    pub fn config(mut self, toml: &str) -> Self {
+        self.config.push_str(toml);
+        self.config.push('\n');
+        self
+    }
+
+    pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
+        self.registry = self.registry.with(name, handler);
+        self.handlers.push(name.to_owned());
+        self
+    }
+
+    /// Points the app at another database, without migrating it.
+    pub fn database_url(mut self, url: &str) -> Self {
+        self.database_url = Some(url.to_owned());
+        self.migrate = false;
+        self
+    }
+
+    pub async fn spawn(self) -> TestApp {
+        match self.spawn_if_available().await {
+            Some(app) => app,
+            None => panic!("PostgreSQL is required for this test"),
+        }
+    }
+
+    pub async fn spawn_if_available(self) -> Option<TestApp> {
+        let data_dir = tempfile::tempdir().expect("a temporary folder");
+        let (url, isolation) = match (&self.database_url, self.backend) {
+            (Some(url), _) => (url.clone(), Isolation::Sqlite(tempfile::tempdir().expect("a temporary folder"))),
+            (None, Backend::Sqlite) => {
+                let dir = tempfile::tempdir().expect("a temporary folder");
+                let url = format!("sqlite://{}", dir.path().join("receiver.db").display());
+                (url, Isolation::Sqlite(dir))
+            }
+            (None, Backend::Postgres) => {
+                let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+                let created = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                    let mut conn = PgConn::establish(&postgres_url()).await.map_err(|e| e.to_string())?;
+                    conn.batch_execute(&format!("CREATE SCHEMA {schema}")).await.map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|_| Err("timed out".into()));
+                if let Err(reason) = created {
+                    if postgres_required() {
+                        panic!("PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}", postgres_url());
+                    }
+                    say_skipped(&reason);
+                    return None;
+                }
+                let separator = if postgres_url().contains('?') { '&' } else { '?' };
+                let url = format!("{}{separator}options=-csearch_path%3D{schema}", postgres_url());
+                (url, Isolation::Postgres { schema })
+            }
+        };
+        let handlers: Vec<String> = self.handlers.iter().map(|h| format!("{h:?}")).collect();
+        let config = format!(
+            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n{}\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n",
+            self.config,
+            handlers = handlers.join(", ")
+        );
+        let data = data_dir.path().to_string_lossy().to_string();
+        let env = move |name: &str| match name {
+            "DATABASE_URL" => Some(url.clone()),
+            "IR_DATA_DIR" => Some(data.clone()),
+            _ => None,
+        };
+        let settings = Settings::parse(&config, "test.toml", &env).expect("the test configuration is valid");
+        let store = Store::connect(&settings.database, &startup::store_options(&settings)).expect("a pool");
+        if self.migrate {
+            store.migrate().await.expect("migrations apply");
+        }
+        let app = Application::build_with_store(&settings, &self.registry, store.clone()).expect("the app builds");
+        let port = app.port();
+        let server = app.server().handle();
+        tokio::spawn(app.run_until_stopped());
+        let provider = settings.endpoint(ENDPOINT).expect("the test endpoint").provider.clone();
+        Some(TestApp {
+            address: format!("http://127.0.0.1:{port}"),
+            backend: self.backend,
+            store,
+            client: reqwest::Client::new(),
+            provider,
+            settings,
+            server,
+            isolation,
+            data_dir,
+        })
+    }
+}
+

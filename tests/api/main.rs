@@ -1,0 +1,10 @@
+//! One test binary for the whole HTTP surface: each module is one capability,
+//! and each test body runs on SQLite and on PostgreSQL.
+
+mod helpers;
+
+mod bad_input;
+mod cli;
+mod concurrency;
+mod delivery;
+mod failures;

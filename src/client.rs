@@ -58,7 +58,11 @@ pub enum SendError {
 }
 
 /// Posts a signed delivery and returns the answer, whatever its status.
-pub async fn post(client: &reqwest::Client, url: &str, delivery: &SignedDelivery) -> Result<Answer, SendError> {
+pub async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    delivery: &SignedDelivery,
+) -> Result<Answer, SendError> {
     let transport = |source| SendError::Transport {
         url: url.to_owned(),
         source,
@@ -84,5 +88,9 @@ pub async fn post(client: &reqwest::Client, url: &str, delivery: &SignedDelivery
         .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("").to_owned()))
         .collect();
     let body = response.text().await.map_err(transport)?;
-    Ok(Answer { status, headers, body })
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
 }

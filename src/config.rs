@@ -159,36 +159,56 @@ impl Settings {
             .or(raw.listen)
             .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
         if listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(invalid("listen", format!("{listen:?} is not an address such as 127.0.0.1:8080")));
+            return Err(invalid(
+                "listen",
+                format!("{listen:?} is not an address such as 127.0.0.1:8080"),
+            ));
         }
-        let max_body = raw.max_body_bytes.unwrap_or(crate::webhooks::DEFAULT_MAX_BODY);
+        let max_body = raw
+            .max_body_bytes
+            .unwrap_or(crate::webhooks::DEFAULT_MAX_BODY);
 
         let mut endpoints = Vec::new();
         for (name, endpoint) in &raw.endpoints {
             let key = |field: &str| format!("endpoints.{name}.{field}");
             if crate::providers::check_key(name).is_err() || name.contains('/') {
-                return Err(invalid(&format!("endpoints.{name}"), "an endpoint name must be visible ASCII without '/'".into()));
+                return Err(invalid(
+                    &format!("endpoints.{name}"),
+                    "an endpoint name must be visible ASCII without '/'".into(),
+                ));
             }
-            let tolerance = duration(&key("tolerance"), endpoint.tolerance.as_ref(), DEFAULT_TOLERANCE)?;
+            let tolerance = duration(
+                &key("tolerance"),
+                endpoint.tolerance.as_ref(),
+                DEFAULT_TOLERANCE,
+            )?;
             let mut secrets = endpoint.secrets.clone();
             if let Some(var) = &endpoint.secrets_env {
                 match env(var) {
                     Some(value) => secrets.extend(
-                        value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned),
+                        value
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_owned),
                     ),
                     None if secrets.is_empty() => {
-                        return Err(invalid(&key("secrets_env"), format!("the environment variable {var} is not set")));
+                        return Err(invalid(
+                            &key("secrets_env"),
+                            format!("the environment variable {var} is not set"),
+                        ));
                     }
                     None => {}
                 }
             }
-            let provider = providers::build(&endpoint.provider, &secrets, tolerance).map_err(|e| {
-                let field = match e {
-                    providers::ProviderConfigError::UnknownProvider => "provider",
-                    _ => "secrets",
-                };
-                invalid(&key(field), e.to_string())
-            })?;
+            let provider =
+                providers::build(&endpoint.provider, &secrets, tolerance).map_err(|e| {
+                    let field = match e {
+                        providers::ProviderConfigError::UnknownProvider => "provider",
+                        _ => "secrets",
+                    };
+                    invalid(&key(field), e.to_string())
+                })?;
             endpoints.push(EndpointSettings {
                 name: name.clone(),
                 provider: Arc::from(provider),
@@ -201,7 +221,8 @@ impl Settings {
             });
         }
         if endpoints.is_empty() {
-            endpoints.push(demo_endpoint(&data_dir, max_body).map_err(|m| invalid("endpoints", m))?);
+            endpoints
+                .push(demo_endpoint(&data_dir, max_body).map_err(|m| invalid("endpoints", m))?);
         }
 
         Ok(Settings {
@@ -210,7 +231,11 @@ impl Settings {
             database,
             retention: duration("retention", raw.retention.as_ref(), DEFAULT_RETENTION)?,
             lease: duration("lease", raw.lease.as_ref(), Duration::from_secs(60))?,
-            in_progress_wait: duration("in_progress_wait", raw.in_progress_wait.as_ref(), Duration::from_secs(5))?,
+            in_progress_wait: duration(
+                "in_progress_wait",
+                raw.in_progress_wait.as_ref(),
+                Duration::from_secs(5),
+            )?,
             pool_size: raw.pool_size.unwrap_or(16),
             workers: raw.workers,
             data_dir,
@@ -245,8 +270,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// generated once and kept in the data directory (never logged).
 fn demo_endpoint(data_dir: &Path, max_body: usize) -> Result<EndpointSettings, String> {
     let secret = demo_secret(data_dir)?;
-    let provider = providers::build("standard-webhooks", &[secret], DEFAULT_TOLERANCE)
-        .map_err(|e| format!("the demo secret in {} is unusable: {e}", data_dir.join(DEMO_SECRET_FILE).display()))?;
+    let provider =
+        providers::build("standard-webhooks", &[secret], DEFAULT_TOLERANCE).map_err(|e| {
+            format!(
+                "the demo secret in {} is unusable: {e}",
+                data_dir.join(DEMO_SECRET_FILE).display()
+            )
+        })?;
     Ok(EndpointSettings {
         name: DEMO_ENDPOINT.to_owned(),
         provider: Arc::from(provider),
@@ -266,9 +296,13 @@ fn demo_secret(data_dir: &Path) -> Result<String, String> {
         }
         Err(_) => {}
     }
-    std::fs::create_dir_all(data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let key: [u8; 32] = rand::random();
-    let secret = format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(key));
+    let secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(key)
+    );
     write_private(&path, &secret).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(secret)
 }
@@ -311,13 +345,19 @@ mod tests {
         let settings = Settings::load_with(None, &env).unwrap();
         assert_eq!(settings.listen, "127.0.0.1:8080");
         assert_eq!(settings.retention, Duration::from_secs(72 * 3600));
-        assert_eq!(settings.database, DatabaseUrl::Sqlite(data.join("receiver.db")));
+        assert_eq!(
+            settings.database,
+            DatabaseUrl::Sqlite(data.join("receiver.db"))
+        );
         assert_eq!(settings.endpoints[0].name, "demo");
         let secret = std::fs::read_to_string(data.join("demo.secret")).unwrap();
         assert!(secret.starts_with("whsec_"));
         // A second load keeps the same secret.
         Settings::load_with(None, &env).unwrap();
-        assert_eq!(std::fs::read_to_string(data.join("demo.secret")).unwrap(), secret);
+        assert_eq!(
+            std::fs::read_to_string(data.join("demo.secret")).unwrap(),
+            secret
+        );
         assert!(!format!("{settings:?}").contains(&secret[6..]));
     }
 
@@ -352,16 +392,27 @@ mod tests {
     #[test]
     fn bad_configuration_names_the_key_and_the_file() {
         let cases = [
-            ("[endpoints.a]\nprovider = \"paypal\"\nsecrets = [\"x\"]\n", "`endpoints.a.provider`"),
-            ("[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"whsec_!!\"]\n", "`endpoints.a.secrets`"),
             (
-                &format!("[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\ntolerance = \"soon\"\n"),
+                "[endpoints.a]\nprovider = \"paypal\"\nsecrets = [\"x\"]\n",
+                "`endpoints.a.provider`",
+            ),
+            (
+                "[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"whsec_!!\"]\n",
+                "`endpoints.a.secrets`",
+            ),
+            (
+                &format!(
+                    "[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\ntolerance = \"soon\"\n"
+                ),
                 "`endpoints.a.tolerance`",
             ),
             ("retention = \"three days\"\n", "`retention`"),
             ("listen = \"localhost\"\n", "`listen`"),
             ("database_url = \"mysql://x\"\n", "`database_url`"),
-            ("[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets_env = \"NOPE\"\n", "`endpoints.a.secrets_env`"),
+            (
+                "[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets_env = \"NOPE\"\n",
+                "`endpoints.a.secrets_env`",
+            ),
         ];
         for (text, key) in cases {
             let message = parse(text).unwrap_err().to_string();
@@ -369,14 +420,19 @@ mod tests {
             assert!(message.contains(key), "{message} should name {key}");
         }
         let message = parse("retension = \"72h\"\n").unwrap_err().to_string();
-        assert!(message.contains("receiver.toml") && message.contains("retension"), "{message}");
+        assert!(
+            message.contains("receiver.toml") && message.contains("retension"),
+            "{message}"
+        );
     }
 
     #[test]
     fn a_malformed_secret_is_never_echoed() {
-        let message = parse("[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"whsec_sup3r$ecret\"]\n")
-            .unwrap_err()
-            .to_string();
+        let message = parse(
+            "[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"whsec_sup3r$ecret\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(!message.contains("sup3r"), "{message}");
     }
 

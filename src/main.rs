@@ -52,14 +52,24 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => {
             let app = Application::build(&settings, &Registry::builtin()).await?;
-            app.run_until_stopped().await.context("the server stopped with an error")?;
+            app.run_until_stopped()
+                .await
+                .context("the server stopped with an error")?;
         }
         Command::Migrate => {
             let store = Store::connect(&settings.database, &startup::store_options(&settings))?;
             let applied = store.migrate().await?;
-            println!("applied {applied} migration(s) to {}", settings.database.redacted());
+            println!(
+                "applied {applied} migration(s) to {}",
+                settings.database.redacted()
+            );
         }
-        Command::Send { endpoint, file, url, id } => {
+        Command::Send {
+            endpoint,
+            file,
+            url,
+            id,
+        } => {
             send(&settings, &endpoint, file, url, id).await?;
         }
     }
@@ -75,18 +85,29 @@ async fn send(
 ) -> anyhow::Result<()> {
     let Some(configured) = settings.endpoint(endpoint) else {
         let known: Vec<&str> = settings.endpoints.iter().map(|e| e.name.as_str()).collect();
-        bail!("no endpoint named {endpoint:?} in {} (known: {})", settings.source, known.join(", "));
+        bail!(
+            "no endpoint named {endpoint:?} in {} (known: {})",
+            settings.source,
+            known.join(", ")
+        );
     };
     let id = id.unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
     let body = match file {
-        Some(path) => std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?,
+        Some(path) => {
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?
+        }
         None => client::sample_payment(&format!("pay_{}", &id.trim_start_matches("msg_"))),
     };
     let url = url.unwrap_or_else(|| {
         let listen = settings.listen.replace("0.0.0.0", "127.0.0.1");
         format!("http://{listen}/webhooks/{endpoint}")
     });
-    let delivery = client::sign(configured.provider.as_ref(), &id, chrono::Utc::now().timestamp(), body)?;
+    let delivery = client::sign(
+        configured.provider.as_ref(),
+        &id,
+        chrono::Utc::now().timestamp(),
+        body,
+    )?;
     let answer = client::post(&reqwest::Client::new(), &url, &delivery).await?;
     println!("POST {url}  (delivery id {id})");
     println!("HTTP {}", answer.status);

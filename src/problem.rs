@@ -23,7 +23,12 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn new(status: StatusCode, slug: &str, title: &'static str, detail: impl Into<String>) -> Problem {
+    pub fn new(
+        status: StatusCode,
+        slug: &str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Problem {
         Problem {
             kind: format!("{TYPE_PREFIX}{slug}"),
             title,
@@ -123,12 +128,18 @@ impl From<&Rejection> for Problem {
     fn from(rejection: &Rejection) -> Problem {
         let detail = rejection.to_string();
         match rejection {
-            Rejection::MissingHeader(_) => {
-                Problem::new(StatusCode::BAD_REQUEST, "missing-header", "Missing header", detail)
-            }
-            Rejection::MalformedHeader { .. } => {
-                Problem::new(StatusCode::BAD_REQUEST, "malformed-header", "Malformed header", detail)
-            }
+            Rejection::MissingHeader(_) => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "missing-header",
+                "Missing header",
+                detail,
+            ),
+            Rejection::MalformedHeader { .. } => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed-header",
+                "Malformed header",
+                detail,
+            ),
             Rejection::InvalidSignature => Problem::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid-signature",
@@ -141,12 +152,18 @@ impl From<&Rejection> for Problem {
                 "Timestamp outside tolerance",
                 detail,
             ),
-            Rejection::MalformedBody => {
-                Problem::new(StatusCode::BAD_REQUEST, "malformed-body", "Malformed body", detail)
-            }
-            Rejection::InvalidKey(_) => {
-                Problem::new(StatusCode::BAD_REQUEST, "invalid-key", "Invalid delivery id", detail)
-            }
+            Rejection::MalformedBody => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed-body",
+                "Malformed body",
+                detail,
+            ),
+            Rejection::InvalidKey(_) => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-key",
+                "Invalid delivery id",
+                detail,
+            ),
         }
     }
 }

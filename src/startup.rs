@@ -45,7 +45,11 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
 
 /// The webhook face for the configured endpoints, with handlers looked up by
 /// name in `registry`.
-pub fn webhooks(settings: &Settings, store: Store, registry: &Registry) -> Result<Webhooks, ConfigError> {
+pub fn webhooks(
+    settings: &Settings,
+    store: Store,
+    registry: &Registry,
+) -> Result<Webhooks, ConfigError> {
     let engine = Engine::new(
         store,
         EngineOptions {
@@ -88,7 +92,10 @@ pub struct Application {
 impl Application {
     /// Opens the store, migrates it, and binds `settings.listen` (port 0 picks
     /// a free port; see [`Application::port`]).
-    pub async fn build(settings: &Settings, registry: &Registry) -> Result<Application, StartupError> {
+    pub async fn build(
+        settings: &Settings,
+        registry: &Registry,
+    ) -> Result<Application, StartupError> {
         let store = open_store(settings).await?;
         Application::build_with_store(settings, registry, store)
     }
@@ -126,7 +133,11 @@ impl Application {
             );
         }
         tracing::info!(database = %settings.database.redacted(), port, "listening");
-        Ok(Application { port, server, store })
+        Ok(Application {
+            port,
+            server,
+            store,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -147,5 +158,8 @@ impl Application {
 }
 
 fn host_of(listen: &str) -> &str {
-    listen.rsplit_once(':').map(|(host, _)| host).unwrap_or(listen)
+    listen
+        .rsplit_once(':')
+        .map(|(host, _)| host)
+        .unwrap_or(listen)
 }

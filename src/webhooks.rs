@@ -134,8 +134,15 @@ async fn read_limited(
 }
 
 /// Verifies the delivery and extracts its key and event.
-fn verify(endpoint: &Endpoint, headers: &HeaderMap, body: Bytes) -> Result<(ClaimRequest, Event), Rejection> {
-    let signed = SignedRequest { headers, body: &body };
+fn verify(
+    endpoint: &Endpoint,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<(ClaimRequest, Event), Rejection> {
+    let signed = SignedRequest {
+        headers,
+        body: &body,
+    };
     let now = Utc::now();
     let verified = endpoint.provider.verify(&signed, now)?;
     tracing::debug!(secret_index = verified.secret_index, "signature verified");
@@ -168,7 +175,11 @@ struct RunHandlers {
 
 #[async_trait::async_trait(?Send)]
 impl Operation for RunHandlers {
-    async fn run(&self, conn: &mut DbConn, claim: &Claimed) -> Result<StoredResponse, OperationError> {
+    async fn run(
+        &self,
+        conn: &mut DbConn,
+        claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError> {
         let mut effects = Map::new();
         for (name, handler) in &self.endpoint.handlers {
             match handler.handle(&self.event, conn).await {

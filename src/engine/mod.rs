@@ -75,7 +75,11 @@ const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 impl Engine {
     pub fn new(store: Store, options: EngineOptions) -> Engine {
-        let instance = format!("pid{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let instance = format!(
+            "pid{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
         Engine {
             inner: Arc::new(Inner {
                 store,
@@ -163,7 +167,10 @@ impl Engine {
             }
         };
         if claimed.taken_over {
-            tracing::warn!(attempt = claimed.attempt, "took over a claim whose lease expired");
+            tracing::warn!(
+                attempt = claimed.attempt,
+                "took over a claim whose lease expired"
+            );
         }
 
         let response = match operation.run(tx.conn(), &claimed).await {
@@ -285,10 +292,9 @@ impl Engine {
         match row.lease_expires_at {
             Some(expires) if expires > now => {
                 let remaining = (expires - now).to_std().unwrap_or_default();
-                Ok(Verdict::Busy(remaining.clamp(
-                    Duration::from_secs(1),
-                    self.inner.options.lease,
-                )))
+                Ok(Verdict::Busy(
+                    remaining.clamp(Duration::from_secs(1), self.inner.options.lease),
+                ))
             }
             _ => Ok(Verdict::Stale),
         }

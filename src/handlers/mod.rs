@@ -33,7 +33,8 @@ pub struct Event {
 /// under the handler's name.
 #[async_trait::async_trait(?Send)]
 pub trait Handler: Send + Sync + 'static {
-    async fn handle(&self, event: &Event, conn: &mut DbConn) -> Result<Option<Value>, HandlerError>;
+    async fn handle(&self, event: &Event, conn: &mut DbConn)
+    -> Result<Option<Value>, HandlerError>;
 }
 
 #[derive(Debug, thiserror::Error)]

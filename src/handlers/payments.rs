@@ -39,7 +39,9 @@ fn movement<'a>(kind: &'static str, payload: &'a Value) -> Result<Movement<'a>, 
         data.get(field)
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| HandlerError::Rejected(format!("`data.{field}` must be a non-empty string")))
+            .ok_or_else(|| {
+                HandlerError::Rejected(format!("`data.{field}` must be a non-empty string"))
+            })
     };
     let amount = data
         .get("amount")
@@ -65,7 +67,11 @@ fn movement<'a>(kind: &'static str, payload: &'a Value) -> Result<Movement<'a>, 
 
 #[async_trait::async_trait(?Send)]
 impl Handler for Payments {
-    async fn handle(&self, event: &Event, conn: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+    async fn handle(
+        &self,
+        event: &Event,
+        conn: &mut DbConn,
+    ) -> Result<Option<Value>, HandlerError> {
         let Some(kind) = event.event_type.as_deref().and_then(kind_of) else {
             return Ok(None);
         };
@@ -100,15 +106,25 @@ mod tests {
         let payload = json!({"data": {"id": "pay_1", "amount": 1250, "currency": "EUR", "order_id": "ord_9"}});
         assert_eq!(
             movement("charge", &payload).unwrap(),
-            Movement { kind: "charge", payment_id: "pay_1", order_id: "ord_9", amount: 1250, currency: "EUR" }
+            Movement {
+                kind: "charge",
+                payment_id: "pay_1",
+                order_id: "ord_9",
+                amount: 1250,
+                currency: "EUR"
+            }
         );
     }
 
     #[test]
     fn fractional_negative_or_missing_amounts_are_rejected() {
         for amount in [json!(12.5), json!(-3), json!(0), json!("100"), Value::Null] {
-            let payload = json!({"data": {"id": "p", "amount": amount, "currency": "EUR", "order_id": "o"}});
-            assert!(matches!(movement("charge", &payload), Err(HandlerError::Rejected(_))));
+            let payload =
+                json!({"data": {"id": "p", "amount": amount, "currency": "EUR", "order_id": "o"}});
+            assert!(matches!(
+                movement("charge", &payload),
+                Err(HandlerError::Rejected(_))
+            ));
         }
     }
 

@@ -11,7 +11,11 @@ pub struct Record;
 
 #[async_trait::async_trait(?Send)]
 impl Handler for Record {
-    async fn handle(&self, event: &Event, conn: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+    async fn handle(
+        &self,
+        event: &Event,
+        conn: &mut DbConn,
+    ) -> Result<Option<Value>, HandlerError> {
         // The body was verified and parsed as JSON, so it is UTF-8.
         let payload = String::from_utf8_lossy(&event.raw);
         let row = (
@@ -22,7 +26,10 @@ impl Handler for Record {
             events::recorded_at.eq(event.received_at),
         );
         with_conn!(conn, |c| {
-            diesel::insert_into(events::table).values(row).execute(c).await
+            diesel::insert_into(events::table)
+                .values(row)
+                .execute(c)
+                .await
         })?;
         Ok(Some(json!({ "recorded": true })))
     }

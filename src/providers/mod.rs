@@ -32,12 +32,18 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The name used in configuration (`provider = "..."`).
     fn name(&self) -> &'static str;
 
-    fn verify(&self, request: &SignedRequest<'_>, now: DateTime<Utc>)
-    -> Result<Verified, Rejection>;
+    fn verify(
+        &self,
+        request: &SignedRequest<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Verified, Rejection>;
 
     /// The key of the delivery: the provider's delivery or event id.
-    fn delivery_id(&self, request: &SignedRequest<'_>, payload: &Value)
-    -> Result<String, Rejection>;
+    fn delivery_id(
+        &self,
+        request: &SignedRequest<'_>,
+        payload: &Value,
+    ) -> Result<String, Rejection>;
 
     fn event_type(&self, request: &SignedRequest<'_>, payload: &Value) -> Option<String>;
 
@@ -93,7 +99,9 @@ pub fn check_key(key: &str) -> Result<(), Rejection> {
         return Err(Rejection::InvalidKey("it is longer than 255 characters"));
     }
     if !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(Rejection::InvalidKey("it has characters other than visible ASCII"));
+        return Err(Rejection::InvalidKey(
+            "it has characters other than visible ASCII",
+        ));
     }
     Ok(())
 }
@@ -110,15 +118,22 @@ fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a s
             reason: "it is sent more than once",
         });
     }
-    first.to_str().map(Some).map_err(|_| Rejection::MalformedHeader {
-        header: name,
-        reason: "it is not visible ASCII",
-    })
+    first
+        .to_str()
+        .map(Some)
+        .map_err(|_| Rejection::MalformedHeader {
+            header: name,
+            reason: "it is not visible ASCII",
+        })
 }
 
 /// Checks a signed timestamp against `now`, in both directions. A zero
 /// tolerance disables the check (for replaying recorded fixtures only).
-fn check_timestamp(timestamp: i64, now: DateTime<Utc>, tolerance: Duration) -> Result<(), Rejection> {
+fn check_timestamp(
+    timestamp: i64,
+    now: DateTime<Utc>,
+    tolerance: Duration,
+) -> Result<(), Rejection> {
     if tolerance.is_zero() {
         return Ok(());
     }

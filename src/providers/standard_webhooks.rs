@@ -102,7 +102,11 @@ impl Provider for StandardWebhooks {
         "standard-webhooks"
     }
 
-    fn verify(&self, request: &SignedRequest<'_>, now: DateTime<Utc>) -> Result<Verified, Rejection> {
+    fn verify(
+        &self,
+        request: &SignedRequest<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Verified, Rejection> {
         let headers = Self::headers(request.headers)?;
         let timestamp = parse_timestamp(headers.timestamp, "webhook-timestamp")?;
         // `v1,<base64>` entries separated by spaces; other versions (such as
@@ -118,10 +122,12 @@ impl Provider for StandardWebhooks {
             if version != "v1" {
                 continue;
             }
-            let decoded = STANDARD.decode(encoded).map_err(|_| Rejection::MalformedHeader {
-                header: "webhook-signature",
-                reason: "a v1 signature is not base64",
-            })?;
+            let decoded = STANDARD
+                .decode(encoded)
+                .map_err(|_| Rejection::MalformedHeader {
+                    header: "webhook-signature",
+                    reason: "a v1 signature is not base64",
+                })?;
             candidates.push(decoded);
         }
         let matched = self.secrets.iter().position(|secret| {
@@ -206,7 +212,13 @@ mod tests {
             ("webhook-timestamp", &ts),
             ("webhook-signature", signature),
         ]);
-        p.verify(&SignedRequest { headers: &map, body: BODY }, at(now))
+        p.verify(
+            &SignedRequest {
+                headers: &map,
+                body: BODY,
+            },
+            at(now),
+        )
     }
 
     #[test]
@@ -228,7 +240,10 @@ mod tests {
         let other = "whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg=";
         let p = provider(&[other, SECRET]);
         let list = format!("v1,AAAA v1a,ignored {SIGNATURE}");
-        assert_eq!(verify(&p, &list, TIMESTAMP), Ok(Verified { secret_index: 1 }));
+        assert_eq!(
+            verify(&p, &list, TIMESTAMP),
+            Ok(Verified { secret_index: 1 })
+        );
     }
 
     #[test]
@@ -237,18 +252,34 @@ mod tests {
         let full = SIGNATURE.strip_prefix("v1,").unwrap();
         let raw = STANDARD.decode(full).unwrap();
         let prefix = format!("v1,{}", STANDARD.encode(&raw[..16]));
-        for signature in ["v1,", "", " ", "v2,abc", &prefix, &SIGNATURE[..SIGNATURE.len() - 4]] {
+        for signature in [
+            "v1,",
+            "",
+            " ",
+            "v2,abc",
+            &prefix,
+            &SIGNATURE[..SIGNATURE.len() - 4],
+        ] {
             let result = verify(&p, signature, TIMESTAMP);
             assert!(result.is_err(), "{signature:?} must not verify");
         }
-        assert_eq!(verify(&p, "v1,", TIMESTAMP), Err(Rejection::InvalidSignature));
-        assert_eq!(verify(&p, &prefix, TIMESTAMP), Err(Rejection::InvalidSignature));
+        assert_eq!(
+            verify(&p, "v1,", TIMESTAMP),
+            Err(Rejection::InvalidSignature)
+        );
+        assert_eq!(
+            verify(&p, &prefix, TIMESTAMP),
+            Err(Rejection::InvalidSignature)
+        );
     }
 
     #[test]
     fn a_wrong_secret_fails() {
         let p = provider(&["whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg="]);
-        assert_eq!(verify(&p, SIGNATURE, TIMESTAMP), Err(Rejection::InvalidSignature));
+        assert_eq!(
+            verify(&p, SIGNATURE, TIMESTAMP),
+            Err(Rejection::InvalidSignature)
+        );
     }
 
     #[test]
@@ -256,7 +287,9 @@ mod tests {
         let p = provider(&[SECRET]);
         assert!(verify(&p, SIGNATURE, TIMESTAMP + 300).is_ok());
         assert!(verify(&p, SIGNATURE, TIMESTAMP - 300).is_ok());
-        let stale = Err(Rejection::StaleTimestamp { tolerance_secs: 300 });
+        let stale = Err(Rejection::StaleTimestamp {
+            tolerance_secs: 300,
+        });
         assert_eq!(verify(&p, SIGNATURE, TIMESTAMP + 301), stale);
         assert_eq!(verify(&p, SIGNATURE, TIMESTAMP - 301), stale);
     }
@@ -270,9 +303,22 @@ mod tests {
     #[test]
     fn svix_header_names_are_accepted() {
         let ts = TIMESTAMP.to_string();
-        let map = headers(&[("svix-id", ID), ("svix-timestamp", &ts), ("svix-signature", SIGNATURE)]);
+        let map = headers(&[
+            ("svix-id", ID),
+            ("svix-timestamp", &ts),
+            ("svix-signature", SIGNATURE),
+        ]);
         let p = provider(&[SECRET]);
-        assert!(p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)).is_ok());
+        assert!(
+            p.verify(
+                &SignedRequest {
+                    headers: &map,
+                    body: BODY
+                },
+                at(TIMESTAMP)
+            )
+            .is_ok()
+        );
     }
 
     #[test]
@@ -280,19 +326,51 @@ mod tests {
         let p = provider(&[SECRET]);
         let map = headers(&[("webhook-id", ID), ("webhook-signature", SIGNATURE)]);
         assert_eq!(
-            p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)),
+            p.verify(
+                &SignedRequest {
+                    headers: &map,
+                    body: BODY
+                },
+                at(TIMESTAMP)
+            ),
             Err(Rejection::MissingHeader("webhook-timestamp"))
         );
-        let map = headers(&[("webhook-id", ID), ("webhook-timestamp", "soon"), ("webhook-signature", SIGNATURE)]);
+        let map = headers(&[
+            ("webhook-id", ID),
+            ("webhook-timestamp", "soon"),
+            ("webhook-signature", SIGNATURE),
+        ]);
         assert!(matches!(
-            p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)),
-            Err(Rejection::MalformedHeader { header: "webhook-timestamp", .. })
+            p.verify(
+                &SignedRequest {
+                    headers: &map,
+                    body: BODY
+                },
+                at(TIMESTAMP)
+            ),
+            Err(Rejection::MalformedHeader {
+                header: "webhook-timestamp",
+                ..
+            })
         ));
         let ts = TIMESTAMP.to_string();
-        let map = headers(&[("webhook-id", ID), ("webhook-timestamp", &ts), ("webhook-signature", "v1,!!notbase64")]);
+        let map = headers(&[
+            ("webhook-id", ID),
+            ("webhook-timestamp", &ts),
+            ("webhook-signature", "v1,!!notbase64"),
+        ]);
         assert!(matches!(
-            p.verify(&SignedRequest { headers: &map, body: BODY }, at(TIMESTAMP)),
-            Err(Rejection::MalformedHeader { header: "webhook-signature", .. })
+            p.verify(
+                &SignedRequest {
+                    headers: &map,
+                    body: BODY
+                },
+                at(TIMESTAMP)
+            ),
+            Err(Rejection::MalformedHeader {
+                header: "webhook-signature",
+                ..
+            })
         ));
     }
 

@@ -1,9 +1,9 @@
 use super::{Backend, DatabaseUrl, DbConn, PgConn, Store, StoreError};
 use diesel::connection::SimpleConnection;
-use diesel::prelude::*;
-use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel::migration::MigrationSource;
+use diesel::prelude::*;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
+use diesel_async::{AsyncConnection, RunQueryDsl};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 const POSTGRES: EmbeddedMigrations = embed_migrations!("migrations/postgres");

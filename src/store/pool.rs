@@ -23,7 +23,9 @@ impl DatabaseUrl {
             .or_else(|| url.strip_prefix("sqlite:"))
         {
             if path.is_empty() {
-                return Err("a sqlite URL needs a file path, e.g. sqlite://data/receiver.db".into());
+                return Err(
+                    "a sqlite URL needs a file path, e.g. sqlite://data/receiver.db".into(),
+                );
             }
             Ok(DatabaseUrl::Sqlite(PathBuf::from(path)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -106,10 +108,8 @@ impl Store {
                     }
                     .boxed()
                 });
-                let manager = AsyncDieselConnectionManager::new_with_config(
-                    path.to_string_lossy(),
-                    config,
-                );
+                let manager =
+                    AsyncDieselConnectionManager::new_with_config(path.to_string_lossy(), config);
                 Pools::Sqlite(build_pool(manager, options)?)
             }
             DatabaseUrl::Postgres(url) => {

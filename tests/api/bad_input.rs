@@ -5,12 +5,24 @@ use serde_json::Value;
 
 /// Posts `headers` + `body` and asserts the status, the problem type, and
 /// that nothing at all was stored.
-async fn assert_refused(app: &TestApp, headers: Vec<(String, String)>, body: Vec<u8>, status: u16, kind: &str) {
+async fn assert_refused(
+    app: &TestApp,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    status: u16,
+    kind: &str,
+) {
     let response = app.post(&headers, body).await;
     assert_eq!(response.status(), status, "expected {status} {kind}");
-    assert_eq!(response.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
     let problem: Value = response.json().await.unwrap();
-    assert_eq!(problem["type"], format!("urn:idempotent-receiver:problem:{kind}"));
+    assert_eq!(
+        problem["type"],
+        format!("urn:idempotent-receiver:problem:{kind}")
+    );
     assert_eq!(problem["status"], status);
     assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()));
     assert_eq!(app.count("deliveries").await, 0, "{kind} stored a delivery");

@@ -17,7 +17,11 @@ impl Drop for Server {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn run(dir: &std::path::Path, listen: &str, args: &[&str]) -> Output {
@@ -47,7 +51,9 @@ async fn wait_until_healthy(port: u16) {
 /// The body `send` printed: everything after the first blank line.
 fn printed_body(output: &Output) -> String {
     let text = String::from_utf8_lossy(&output.stdout);
-    text.split_once("\n\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+    text.split_once("\n\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -72,13 +78,25 @@ async fn a_fresh_start_serves_the_demo_endpoint_and_send_round_trips_with_a_repl
     let secret = std::fs::read_to_string(dir.path().join("data/demo.secret")).unwrap();
     assert!(dir.path().join("data/receiver.db").exists());
 
-    let first = run(dir.path(), &listen, &["send", "--endpoint", "demo", "--id", "msg_readme"]);
+    let first = run(
+        dir.path(),
+        &listen,
+        &["send", "--endpoint", "demo", "--id", "msg_readme"],
+    );
     let stdout = String::from_utf8_lossy(&first.stdout);
-    assert!(first.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     assert!(stdout.contains("HTTP 200"), "{stdout}");
     assert!(!stdout.contains("idempotent-replayed"), "{stdout}");
 
-    let second = run(dir.path(), &listen, &["send", "--endpoint", "demo", "--id", "msg_readme"]);
+    let second = run(
+        dir.path(),
+        &listen,
+        &["send", "--endpoint", "demo", "--id", "msg_readme"],
+    );
     let stdout = String::from_utf8_lossy(&second.stdout);
     assert!(stdout.contains("HTTP 200"), "{stdout}");
     assert!(stdout.contains("idempotent-replayed: true"), "{stdout}");
@@ -97,7 +115,11 @@ async fn a_fresh_start_serves_the_demo_endpoint_and_send_round_trips_with_a_repl
 fn migrate_applies_the_migrations_once() {
     let dir = tempfile::tempdir().unwrap();
     let first = run(dir.path(), "127.0.0.1:0", &["migrate"]);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     assert!(String::from_utf8_lossy(&first.stdout).contains("applied 1 migration"));
     let second = run(dir.path(), "127.0.0.1:0", &["migrate"]);
     assert!(String::from_utf8_lossy(&second.stdout).contains("applied 0 migration"));
@@ -105,7 +127,12 @@ fn migrate_applies_the_migrations_once() {
 
 #[test]
 fn every_command_has_help() {
-    for command in [&["--help"][..], &["serve", "--help"], &["migrate", "--help"], &["send", "--help"]] {
+    for command in [
+        &["--help"][..],
+        &["serve", "--help"],
+        &["migrate", "--help"],
+        &["send", "--help"],
+    ] {
         let output = Command::new(BIN).args(command).output().unwrap();
         assert!(output.status.success(), "{command:?}");
         assert!(String::from_utf8_lossy(&output.stdout).contains("Usage"));
@@ -116,9 +143,20 @@ fn every_command_has_help() {
 fn a_bad_configuration_stops_start_up_naming_the_key_and_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("receiver.toml");
-    std::fs::write(&config, "[endpoints.shop]\nprovider = \"paypal\"\nsecrets = [\"x\"]\n").unwrap();
-    let output = run(dir.path(), "127.0.0.1:0", &["--config", config.to_str().unwrap(), "serve"]);
+    std::fs::write(
+        &config,
+        "[endpoints.shop]\nprovider = \"paypal\"\nsecrets = [\"x\"]\n",
+    )
+    .unwrap();
+    let output = run(
+        dir.path(),
+        "127.0.0.1:0",
+        &["--config", config.to_str().unwrap(), "serve"],
+    );
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("receiver.toml") && stderr.contains("endpoints.shop.provider"), "{stderr}");
+    assert!(
+        stderr.contains("receiver.toml") && stderr.contains("endpoints.shop.provider"),
+        "{stderr}"
+    );
 }

@@ -18,9 +18,18 @@ async fn storm(app: &TestApp, copies: usize) {
     });
     let answers = join_all(requests).await;
 
-    let mut ok_bodies = answers.iter().filter(|(s, _)| (200..300).contains(s)).map(|(_, b)| b);
-    let first = ok_bodies.next().expect("at least one delivery succeeded").clone();
-    assert!(ok_bodies.all(|b| *b == first), "every 2xx body is the stored one");
+    let mut ok_bodies = answers
+        .iter()
+        .filter(|(s, _)| (200..300).contains(s))
+        .map(|(_, b)| b);
+    let first = ok_bodies
+        .next()
+        .expect("at least one delivery succeeded")
+        .clone();
+    assert!(
+        ok_bodies.all(|b| *b == first),
+        "every 2xx body is the stored one"
+    );
     for (status, body) in &answers {
         assert!(
             *status == 200 || *status == 409,

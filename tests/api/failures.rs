@@ -34,8 +34,14 @@ async fn handler_failure_releases_the_key(backend: Backend) {
     assert_eq!(failed.status(), 500);
     assert_eq!(failed.headers()["content-type"], "application/problem+json");
     let problem: Value = failed.json().await.unwrap();
-    assert_eq!(problem["type"], "urn:idempotent-receiver:problem:processing-failed");
-    assert!(!problem.to_string().contains("downstream ledger"), "no internals leak");
+    assert_eq!(
+        problem["type"],
+        "urn:idempotent-receiver:problem:processing-failed"
+    );
+    assert!(
+        !problem.to_string().contains("downstream ledger"),
+        "no internals leak"
+    );
     // Everything the handlers wrote was rolled back, and the key is free.
     assert_eq!(app.ledger_rows().await, 0);
     assert_eq!(app.count("events").await, 0);
@@ -147,11 +153,27 @@ async fn an_unreachable_database_gets_503_with_retry_after() {
     assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
     let problem: Value = response.json().await.unwrap();
-    assert_eq!(problem["type"], "urn:idempotent-receiver:problem:storage-unavailable");
-    assert!(!problem.to_string().contains("127.0.0.1:1"), "no internals leak");
+    assert_eq!(
+        problem["type"],
+        "urn:idempotent-receiver:problem:storage-unavailable"
+    );
+    assert!(
+        !problem.to_string().contains("127.0.0.1:1"),
+        "no internals leak"
+    );
 
-    let ready = app.client.get(format!("{}/readyz", app.address)).send().await.unwrap();
+    let ready = app
+        .client
+        .get(format!("{}/readyz", app.address))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 503);
-    let alive = app.client.get(format!("{}/healthz", app.address)).send().await.unwrap();
+    let alive = app
+        .client
+        .get(format!("{}/healthz", app.address))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(alive.status(), 200);
 }

@@ -54,7 +54,8 @@ macro_rules! both_backends {
 }
 
 pub fn postgres_url() -> String {
-    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
 }
 
 fn postgres_required() -> bool {
@@ -83,11 +84,9 @@ enum Isolation {
 
 pub struct TestApp {
     pub address: String,
-    pub backend: Backend,
     pub store: Store,
     pub client: reqwest::Client,
     pub provider: Arc<dyn Provider>,
-    pub settings: Settings,
     server: actix_web::dev::ServerHandle,
     isolation: Isolation,
     data_dir: tempfile::TempDir,
@@ -96,7 +95,6 @@ pub struct TestApp {
 /// Builds a TestApp with extra configuration or handlers.
 pub struct TestAppBuilder {
     backend: Backend,
-    config: String,
     handlers: Vec<String>,
     registry: Registry,
     database_url: Option<String>,
@@ -115,7 +113,6 @@ impl TestApp {
     pub fn builder(backend: Backend) -> TestAppBuilder {
         TestAppBuilder {
             backend,
-            config: String::new(),
             handlers: vec!["record".into(), "payments".into()],
             registry: Registry::builtin(),
             database_url: None,
@@ -142,11 +139,17 @@ impl TestApp {
 
     /// Signs `body` for `id` at `timestamp` with the endpoint's first secret.
     pub fn signed_headers(&self, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
-        self.provider.sign(id, timestamp, body).expect("the test endpoint has a secret")
+        self.provider
+            .sign(id, timestamp, body)
+            .expect("the test endpoint has a secret")
     }
 
     pub async fn post(&self, headers: &[(String, String)], body: Vec<u8>) -> reqwest::Response {
-        let mut request = self.client.post(self.url()).header("content-type", "application/json").body(body);
+        let mut request = self
+            .client
+            .post(self.url())
+            .header("content-type", "application/json")
+            .body(body);
         for (name, value) in headers {
             request = request.header(name, value);
         }
@@ -182,7 +185,9 @@ impl TestApp {
 
     pub async fn delivery(&self, id: &str) -> Option<DeliveryRow> {
         let mut conn = self.store.conn().await.expect("a connection");
-        conn.find_delivery(ENDPOINT, id).await.expect("the read runs")
+        conn.find_delivery(ENDPOINT, id)
+            .await
+            .expect("the read runs")
     }
 
     /// Moves a delivery's `received_at` into the past, as if it had arrived
@@ -217,12 +222,30 @@ impl TestApp {
             .await
         })
         .expect("the invariant query runs");
-        assert!(doubled.is_empty(), "a delivery had more than one ledger effect");
+        assert!(
+            doubled.is_empty(),
+            "a delivery had {:?} ledger effects",
+            doubled.iter().map(|d| d.n).collect::<Vec<_>>()
+        );
+        // Claims are taken and completed in one transaction: none of the
+        // receiver's own may be left in progress (tests plant `pid1-dead`).
+        let stuck: i64 = with_conn!(&mut conn, |c| {
+            deliveries::table
+                .filter(deliveries::status.eq("in_progress"))
+                .filter(deliveries::lease_owner.ne("pid1-dead/0000"))
+                .count()
+                .get_result(c)
+                .await
+        })
+        .expect("the invariant query runs");
+        assert_eq!(stuck, 0, "a key was left in progress");
         drop(conn);
         self.server.stop(false).await;
         if let Isolation::Postgres { schema } = &self.isolation {
             if let Ok(mut conn) = PgConn::establish(&postgres_url()).await {
-                let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+                let _ = conn
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .await;
             }
         }
         drop(self.data_dir);
@@ -243,13 +266,6 @@ pub fn payment(payment_id: &str, amount: i64) -> Vec<u8> {
 }
 
 impl TestAppBuilder {
-    /// Extra top-level TOML lines (before the endpoint table).
-    pub fn config(mut self, toml: &str) -> Self {
-        self.config.push_str(toml);
-        self.config.push('\n');
-        self
-    }
-
     pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
         self.registry = self.registry.with(name, handler);
         self.handlers.push(name.to_owned());
@@ -273,7 +289,10 @@ impl TestAppBuilder {
     pub async fn spawn_if_available(self) -> Option<TestApp> {
         let data_dir = tempfile::tempdir().expect("a temporary folder");
         let (url, isolation) = match (&self.database_url, self.backend) {
-            (Some(url), _) => (url.clone(), Isolation::Sqlite(tempfile::tempdir().expect("a temporary folder"))),
+            (Some(url), _) => (
+                url.clone(),
+                Isolation::Sqlite(tempfile::tempdir().expect("a temporary folder")),
+            ),
             (None, Backend::Sqlite) => {
                 let dir = tempfile::tempdir().expect("a temporary folder");
                 let url = format!("sqlite://{}", dir.path().join("receiver.db").display());
@@ -282,27 +301,40 @@ impl TestAppBuilder {
             (None, Backend::Postgres) => {
                 let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
                 let created = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                    let mut conn = PgConn::establish(&postgres_url()).await.map_err(|e| e.to_string())?;
-                    conn.batch_execute(&format!("CREATE SCHEMA {schema}")).await.map_err(|e| e.to_string())
+                    let mut conn = PgConn::establish(&postgres_url())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
+                        .await
+                        .map_err(|e| e.to_string())
                 })
                 .await
                 .unwrap_or_else(|_| Err("timed out".into()));
                 if let Err(reason) = created {
                     if postgres_required() {
-                        panic!("PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}", postgres_url());
+                        panic!(
+                            "PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}",
+                            postgres_url()
+                        );
                     }
                     say_skipped(&reason);
                     return None;
                 }
-                let separator = if postgres_url().contains('?') { '&' } else { '?' };
-                let url = format!("{}{separator}options=-csearch_path%3D{schema}", postgres_url());
+                let separator = if postgres_url().contains('?') {
+                    '&'
+                } else {
+                    '?'
+                };
+                let url = format!(
+                    "{}{separator}options=-csearch_path%3D{schema}",
+                    postgres_url()
+                );
                 (url, Isolation::Postgres { schema })
             }
         };
         let handlers: Vec<String> = self.handlers.iter().map(|h| format!("{h:?}")).collect();
         let config = format!(
-            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n{}\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n",
-            self.config,
+            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n",
             handlers = handlers.join(", ")
         );
         let data = data_dir.path().to_string_lossy().to_string();
@@ -311,27 +343,31 @@ impl TestAppBuilder {
             "IR_DATA_DIR" => Some(data.clone()),
             _ => None,
         };
-        let settings = Settings::parse(&config, "test.toml", &env).expect("the test configuration is valid");
-        let store = Store::connect(&settings.database, &startup::store_options(&settings)).expect("a pool");
+        let settings =
+            Settings::parse(&config, "test.toml", &env).expect("the test configuration is valid");
+        let store =
+            Store::connect(&settings.database, &startup::store_options(&settings)).expect("a pool");
         if self.migrate {
             store.migrate().await.expect("migrations apply");
         }
-        let app = Application::build_with_store(&settings, &self.registry, store.clone()).expect("the app builds");
+        let app = Application::build_with_store(&settings, &self.registry, store.clone())
+            .expect("the app builds");
         let port = app.port();
         let server = app.server().handle();
         tokio::spawn(app.run_until_stopped());
-        let provider = settings.endpoint(ENDPOINT).expect("the test endpoint").provider.clone();
+        let provider = settings
+            .endpoint(ENDPOINT)
+            .expect("the test endpoint")
+            .provider
+            .clone();
         Some(TestApp {
             address: format!("http://127.0.0.1:{port}"),
-            backend: self.backend,
             store,
             client: reqwest::Client::new(),
             provider,
-            settings,
             server,
             isolation,
             data_dir,
         })
     }
 }
-

@@ -1,7 +1,6 @@
 use crate::both_backends;
-use crate::helpers::{TestApp, now, payment};
+use crate::helpers::{TestApp, now, payment, problem};
 use base64::Engine as _;
-use serde_json::Value;
 
 /// Posts `headers` + `body` and asserts the status, the problem type, and
 /// that nothing at all was stored.
@@ -12,18 +11,7 @@ async fn assert_refused(
     status: u16,
     kind: &str,
 ) {
-    let response = app.post(&headers, body).await;
-    assert_eq!(response.status(), status, "expected {status} {kind}");
-    assert_eq!(
-        response.headers()["content-type"],
-        "application/problem+json"
-    );
-    let problem: Value = response.json().await.unwrap();
-    assert_eq!(
-        problem["type"],
-        format!("urn:idempotent-receiver:problem:{kind}")
-    );
-    assert_eq!(problem["status"], status);
+    let problem = problem(app.post(&headers, body).await, status, kind).await;
     assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()));
     assert_eq!(app.count("deliveries").await, 0, "{kind} stored a delivery");
     assert_eq!(app.count("events").await, 0, "{kind} stored an event");

@@ -1,5 +1,5 @@
 use crate::both_backends;
-use crate::helpers::{Backend, ENDPOINT, TestApp, payment};
+use crate::helpers::{Backend, ENDPOINT, TestApp, payment, problem};
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::store::{DbConn, NewClaim};
 use serde_json::Value;
@@ -31,13 +31,7 @@ async fn handler_failure_releases_the_key(backend: Backend) {
     };
     let body = payment("pay_retry", 700);
     let failed = app.deliver("msg_retry", &body).await;
-    assert_eq!(failed.status(), 500);
-    assert_eq!(failed.headers()["content-type"], "application/problem+json");
-    let problem: Value = failed.json().await.unwrap();
-    assert_eq!(
-        problem["type"],
-        "urn:idempotent-receiver:problem:processing-failed"
-    );
+    let problem = problem(failed, 500, "processing-failed").await;
     assert!(
         !problem.to_string().contains("downstream ledger"),
         "no internals leak"
@@ -150,13 +144,8 @@ async fn an_unreachable_database_gets_503_with_retry_after() {
         .spawn()
         .await;
     let response = app.deliver("msg_down", &payment("pay_down", 1)).await;
-    assert_eq!(response.status(), 503);
     assert!(response.headers().contains_key("retry-after"));
-    let problem: Value = response.json().await.unwrap();
-    assert_eq!(
-        problem["type"],
-        "urn:idempotent-receiver:problem:storage-unavailable"
-    );
+    let problem = problem(response, 503, "storage-unavailable").await;
     assert!(
         !problem.to_string().contains("127.0.0.1:1"),
         "no internals leak"
@@ -176,4 +165,26 @@ async fn an_unreachable_database_gets_503_with_retry_after() {
         .await
         .unwrap();
     assert_eq!(alive.status(), 200);
+}
+
+both_backends! {
+    async fn parallel_retries_racing_for_one_stale_claim_take_it_over_once(app) {
+        let body = payment("pay_race", 800);
+        let expired = chrono::Utc::now().naive_utc() - chrono::TimeDelta::seconds(1);
+        leave_claim(app, "msg_race", &body, expired).await;
+
+        let retries = (0..16).map(|i| {
+            let headers = app.signed_headers("msg_race", crate::helpers::now() - i, &body);
+            let body = body.clone();
+            async move { app.post(&headers, body).await.status().as_u16() }
+        });
+        let statuses = futures_util::future::join_all(retries).await;
+        assert!(statuses.iter().all(|s| *s == 200 || *s == 409), "{statuses:?}");
+        assert!(statuses.contains(&200));
+        // One takeover: the dead owner's attempt plus exactly one more.
+        let row = app.delivery("msg_race").await.unwrap();
+        assert_eq!(row.status, "completed");
+        assert_eq!(row.attempts, 2);
+        assert_eq!(app.ledger_rows().await, 1);
+    }
 }

@@ -371,3 +371,20 @@ impl TestAppBuilder {
         })
     }
 }
+
+/// Asserts that `response` is a problem+json of `status` and `kind`, and
+/// returns its body.
+pub async fn problem(response: reqwest::Response, status: u16, kind: &str) -> serde_json::Value {
+    assert_eq!(response.status(), status, "expected {status} {kind}");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let body: serde_json::Value = response.json().await.expect("a JSON problem");
+    assert_eq!(
+        body["type"],
+        format!("urn:idempotent-receiver:problem:{kind}")
+    );
+    assert_eq!(body["status"], status);
+    body
+}

@@ -1,7 +1,7 @@
 //! The sending side, for `send`, tests and benchmarks: sign a body as the
 //! endpoint's provider would, and post it.
 
-use crate::providers::{Provider, SignError};
+use crate::providers::{Provider, SignError, SignInput};
 use serde_json::json;
 
 /// A signed delivery, ready to post.
@@ -15,12 +15,16 @@ pub fn sign(
     provider: &dyn Provider,
     delivery_id: &str,
     timestamp: i64,
+    event_type: Option<&str>,
     body: Vec<u8>,
 ) -> Result<SignedDelivery, SignError> {
-    Ok(SignedDelivery {
-        headers: provider.sign(delivery_id, timestamp, &body)?,
-        body,
-    })
+    let headers = provider.sign(&SignInput {
+        delivery_id,
+        timestamp,
+        body: &body,
+        event_type,
+    })?;
+    Ok(SignedDelivery { headers, body })
 }
 
 /// A `payment.succeeded` event in the shape the built-in payments handler

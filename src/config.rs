@@ -1,7 +1,7 @@
 //! Settings: a TOML file (`--config FILE` or `IR_CONFIG`), then environment
 //! overrides. Every error names the key and where it came from.
 
-use crate::providers::{self, Provider};
+use crate::providers::{self, HmacSpec, Provider, ProviderSpec};
 use crate::store::DatabaseUrl;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -12,7 +12,6 @@ use std::time::Duration;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "data";
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
-pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 pub const DEMO_ENDPOINT: &str = "demo";
 const DEMO_SECRET_FILE: &str = "demo.secret";
 const DEFAULT_HANDLERS: &[&str] = &["record", "payments"];
@@ -56,7 +55,8 @@ pub struct EndpointSettings {
     pub name: String,
     /// The verifier, built (and its secrets checked) while loading.
     pub provider: Arc<dyn Provider>,
-    pub tolerance: Duration,
+    /// `None`: the provider's default (5 minutes for every scheme).
+    pub tolerance: Option<Duration>,
     pub handlers: Vec<String>,
     pub max_body_bytes: usize,
 }
@@ -87,6 +87,7 @@ struct RawEndpoint {
     tolerance: Option<String>,
     handlers: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
+    hmac: Option<HmacSpec>,
 }
 
 /// Reads environment variables; a parameter so that tests need not touch the
@@ -177,11 +178,12 @@ impl Settings {
                     "an endpoint name must be visible ASCII without '/'".into(),
                 ));
             }
-            let tolerance = duration(
-                &key("tolerance"),
-                endpoint.tolerance.as_ref(),
-                DEFAULT_TOLERANCE,
-            )?;
+            let tolerance = match &endpoint.tolerance {
+                Some(text) => {
+                    Some(parse_duration(text).map_err(|m| invalid(&key("tolerance"), m))?)
+                }
+                None => None,
+            };
             let mut secrets = endpoint.secrets.clone();
             if let Some(var) = &endpoint.secrets_env {
                 match env(var) {
@@ -201,14 +203,19 @@ impl Settings {
                     None => {}
                 }
             }
-            let provider =
-                providers::build(&endpoint.provider, &secrets, tolerance).map_err(|e| {
-                    let field = match e {
-                        providers::ProviderConfigError::UnknownProvider => "provider",
-                        _ => "secrets",
-                    };
-                    invalid(&key(field), e.to_string())
-                })?;
+            let spec = ProviderSpec {
+                secrets,
+                tolerance,
+                hmac: endpoint.hmac.clone(),
+            };
+            let provider = providers::build(&endpoint.provider, &spec).map_err(|e| {
+                let field = match e {
+                    providers::ProviderConfigError::UnknownProvider => "provider",
+                    providers::ProviderConfigError::Invalid(_) => "hmac",
+                    _ => "secrets",
+                };
+                invalid(&key(field), e.to_string())
+            })?;
             endpoints.push(EndpointSettings {
                 name: name.clone(),
                 provider: Arc::from(provider),
@@ -270,17 +277,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// generated once and kept in the data directory (never logged).
 fn demo_endpoint(data_dir: &Path, max_body: usize) -> Result<EndpointSettings, String> {
     let secret = demo_secret(data_dir)?;
-    let provider =
-        providers::build("standard-webhooks", &[secret], DEFAULT_TOLERANCE).map_err(|e| {
-            format!(
-                "the demo secret in {} is unusable: {e}",
-                data_dir.join(DEMO_SECRET_FILE).display()
-            )
-        })?;
+    let spec = ProviderSpec {
+        secrets: vec![secret],
+        ..ProviderSpec::default()
+    };
+    let provider = providers::build("standard-webhooks", &spec).map_err(|e| {
+        format!(
+            "the demo secret in {} is unusable: {e}",
+            data_dir.join(DEMO_SECRET_FILE).display()
+        )
+    })?;
     Ok(EndpointSettings {
         name: DEMO_ENDPOINT.to_owned(),
         provider: Arc::from(provider),
-        tolerance: DEFAULT_TOLERANCE,
+        tolerance: None,
         handlers: DEFAULT_HANDLERS.iter().map(|h| h.to_string()).collect(),
         max_body_bytes: max_body,
     })
@@ -369,7 +379,7 @@ mod tests {
         let env = |name: &str| (name == "SHOP_SECRETS").then(|| format!("{SECRET}, {SECRET}"));
         let settings = Settings::parse(&text, "receiver.toml", &env).unwrap();
         let shop = settings.endpoint("shop").unwrap();
-        assert_eq!(shop.tolerance, Duration::ZERO);
+        assert_eq!(shop.tolerance, Some(Duration::ZERO));
         assert_eq!(shop.handlers, ["record", "payments"]);
         assert!(settings.endpoint("demo").is_none());
     }

@@ -106,6 +106,7 @@ async fn send(
         configured.provider.as_ref(),
         &id,
         chrono::Utc::now().timestamp(),
+        None,
         body,
     )?;
     let answer = client::post(&reqwest::Client::new(), &url, &delivery).await?;

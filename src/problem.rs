@@ -158,6 +158,12 @@ impl From<&Rejection> for Problem {
                 "Malformed body",
                 detail,
             ),
+            Rejection::MissingKey(_) => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "missing-key",
+                "Missing delivery id",
+                detail,
+            ),
             Rejection::InvalidKey(_) => Problem::new(
                 StatusCode::BAD_REQUEST,
                 "invalid-key",

@@ -2,10 +2,13 @@
 //! secrets, now): it performs no I/O and holds no clock of its own, so old
 //! published vectors verify by passing their own `now`.
 
+pub mod mac;
 mod rejection;
+mod spec;
 mod standard_webhooks;
 
 pub use rejection::Rejection;
+pub use spec::{Encoding, HmacSpec, ProviderSpec};
 pub use standard_webhooks::StandardWebhooks;
 
 use actix_web::http::header::HeaderMap;
@@ -47,20 +50,34 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 
     fn event_type(&self, request: &SignedRequest<'_>, payload: &Value) -> Option<String>;
 
-    /// The headers the provider would send for `body`, signed with the first
-    /// configured secret (for `send`, fixtures and tests).
-    fn sign(
-        &self,
-        delivery_id: &str,
-        timestamp: i64,
-        body: &[u8],
-    ) -> Result<Vec<(String, String)>, SignError>;
+    /// Whether the delivery id is covered by the signature. Where it is not
+    /// (GitHub, Shopify), a captured body replayed under a fresh id would look
+    /// new, so the receiver also refuses a second delivery of the same body.
+    fn delivery_id_is_signed(&self) -> bool {
+        true
+    }
+
+    /// The headers the provider would send for `input.body`, signed with the
+    /// first configured secret (for `send`, `sign`, fixtures and tests).
+    fn sign(&self, input: &SignInput<'_>) -> Result<Vec<(String, String)>, SignError>;
+}
+
+/// What to sign: providers whose id or type live in headers put them there;
+/// the others find them in the body.
+#[derive(Debug, Clone, Copy)]
+pub struct SignInput<'a> {
+    pub delivery_id: &'a str,
+    pub timestamp: i64,
+    pub body: &'a [u8],
+    pub event_type: Option<&'a str>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error("the endpoint has no secret to sign with")]
     NoSecret,
+    #[error("this provider signs with a private key, which the receiver does not hold")]
+    NoSigningKey,
 }
 
 /// The provider names `provider = "..."` accepts.
@@ -68,13 +85,9 @@ pub const PROVIDERS: &[&str] = &["standard-webhooks"];
 
 /// Builds the provider named in configuration. The error says what is wrong
 /// with which secret, never the secret itself.
-pub fn build(
-    name: &str,
-    secrets: &[String],
-    tolerance: Duration,
-) -> Result<Box<dyn Provider>, ProviderConfigError> {
+pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, ProviderConfigError> {
     match name {
-        "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(secrets, tolerance)?)),
+        "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
         _ => Err(ProviderConfigError::UnknownProvider),
     }
 }
@@ -87,6 +100,9 @@ pub enum ProviderConfigError {
     MalformedSecret { index: usize, reason: &'static str },
     #[error("no secret is configured")]
     NoSecret,
+    /// A provider-specific setting is missing or contradicts another.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// A delivery id used as a key: 1 to 255 visible ASCII characters, so that it
@@ -161,4 +177,21 @@ fn parse_timestamp(value: &str, header: &'static str) -> Result<i64, Rejection> 
         return Err(malformed("it is not a plausible Unix timestamp"));
     }
     Ok(timestamp)
+}
+
+/// The string at JSON pointer `pointer` in the body, as a key. Absent or not
+/// a string/number: `MissingKey`.
+pub fn key_at(payload: &Value, pointer: &'static str) -> Result<String, Rejection> {
+    let key = match payload.pointer(pointer) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => return Err(Rejection::MissingKey(pointer)),
+    };
+    check_key(&key)?;
+    Ok(key)
+}
+
+/// The string at `pointer`, if there is one.
+pub fn text_at(payload: &Value, pointer: &str) -> Option<String> {
+    payload.pointer(pointer)?.as_str().map(str::to_owned)
 }

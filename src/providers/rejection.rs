@@ -15,6 +15,9 @@ pub enum Rejection {
     StaleTimestamp { tolerance_secs: u64 },
     #[error("the body is not valid JSON")]
     MalformedBody,
-    #[error("the delivery id is missing or invalid: {0}")]
+    #[error("the delivery id is invalid: {0}")]
     InvalidKey(&'static str),
+    /// The key lives in the body and is not there.
+    #[error("the body has no delivery id at {0}")]
+    MissingKey(&'static str),
 }

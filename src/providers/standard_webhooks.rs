@@ -3,25 +3,22 @@
 //! `svix-`), HMAC-SHA256 over `{id}.{timestamp}.{body}`, base64, with the key
 //! being the base64 part of a `whsec_...` secret.
 
+use super::mac::{self, Algorithm};
 use super::{
-    Provider, ProviderConfigError, Rejection, SignError, SignedRequest, Verified, check_key,
-    check_timestamp, header, parse_timestamp,
+    Provider, ProviderConfigError, ProviderSpec, Rejection, SignError, SignInput, SignedRequest,
+    Verified, check_key, check_timestamp, header, parse_timestamp,
 };
 use crate::secret::Secret;
 use actix_web::http::header::HeaderMap;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
-use sha2::Sha256;
 use std::time::Duration;
 
-type HmacSha256 = Hmac<Sha256>;
-
 const SECRET_PREFIX: &str = "whsec_";
-/// An HMAC-SHA256 tag is 32 bytes; anything else cannot match.
-const SIGNATURE_LEN: usize = 32;
+/// The specification's recommended tolerance.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 pub struct StandardWebhooks {
@@ -37,7 +34,9 @@ struct Headers<'a> {
 }
 
 impl StandardWebhooks {
-    pub fn new(secrets: &[String], tolerance: Duration) -> Result<Self, ProviderConfigError> {
+    pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
+        let secrets = &spec.secrets;
+        let tolerance = spec.tolerance_or(DEFAULT_TOLERANCE);
         if secrets.is_empty() {
             return Err(ProviderConfigError::NoSecret);
         }
@@ -66,7 +65,11 @@ impl StandardWebhooks {
 
     /// The signature of one message, as it appears after `v1,`.
     pub fn signature(key: &Secret, id: &str, timestamp: &str, body: &[u8]) -> String {
-        STANDARD.encode(mac(key, id, timestamp, body).finalize().into_bytes())
+        STANDARD.encode(mac::sign(
+            Algorithm::Sha256,
+            key.expose(),
+            &signed_parts(id, timestamp, body),
+        ))
     }
 
     fn headers<'a>(map: &'a HeaderMap) -> Result<Headers<'a>, Rejection> {
@@ -84,17 +87,9 @@ impl StandardWebhooks {
     }
 }
 
-fn mac(key: &Secret, id: &str, timestamp: &str, body: &[u8]) -> HmacSha256 {
-    // HMAC takes keys of any length, so this cannot fail; the fallback keeps
-    // the request path free of panics all the same.
-    let mut mac = HmacSha256::new_from_slice(key.expose())
-        .unwrap_or_else(|_| HmacSha256::new(&Default::default()));
-    mac.update(id.as_bytes());
-    mac.update(b".");
-    mac.update(timestamp.as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    mac
+/// `{id}.{timestamp}.{body}`, with the timestamp exactly as sent.
+fn signed_parts<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8]; 5] {
+    [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
 }
 
 impl Provider for StandardWebhooks {
@@ -132,12 +127,14 @@ impl Provider for StandardWebhooks {
         }
         let matched = self.secrets.iter().position(|secret| {
             candidates.iter().any(|candidate| {
-                // verify_slice is constant-time and refuses any other length,
-                // so an empty `v1,` or a prefix of the right tag fails.
-                candidate.len() == SIGNATURE_LEN
-                    && mac(secret, headers.id, headers.timestamp, request.body)
-                        .verify_slice(candidate)
-                        .is_ok()
+                // Constant-time, and any other length fails, so an empty
+                // `v1,` or a prefix of the right tag cannot match.
+                mac::verify(
+                    Algorithm::Sha256,
+                    secret.expose(),
+                    &signed_parts(headers.id, headers.timestamp, request.body),
+                    candidate,
+                )
             })
         });
         let secret_index = matched.ok_or(Rejection::InvalidSignature)?;
@@ -155,17 +152,12 @@ impl Provider for StandardWebhooks {
         payload.get("type")?.as_str().map(str::to_owned)
     }
 
-    fn sign(
-        &self,
-        delivery_id: &str,
-        timestamp: i64,
-        body: &[u8],
-    ) -> Result<Vec<(String, String)>, SignError> {
+    fn sign(&self, input: &SignInput<'_>) -> Result<Vec<(String, String)>, SignError> {
         let secret = self.secrets.first().ok_or(SignError::NoSecret)?;
-        let timestamp = timestamp.to_string();
-        let signature = Self::signature(secret, delivery_id, &timestamp, body);
+        let timestamp = input.timestamp.to_string();
+        let signature = Self::signature(secret, input.delivery_id, &timestamp, input.body);
         Ok(vec![
-            ("webhook-id".into(), delivery_id.into()),
+            ("webhook-id".into(), input.delivery_id.into()),
             ("webhook-timestamp".into(), timestamp),
             ("webhook-signature".into(), format!("v1,{signature}")),
         ])
@@ -186,8 +178,15 @@ mod tests {
     const SIGNATURE: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
 
     fn provider(secrets: &[&str]) -> StandardWebhooks {
-        let secrets: Vec<String> = secrets.iter().map(|s| s.to_string()).collect();
-        StandardWebhooks::new(&secrets, Duration::from_secs(300)).unwrap()
+        StandardWebhooks::new(&spec(secrets, None)).unwrap()
+    }
+
+    fn spec(secrets: &[&str], tolerance: Option<Duration>) -> ProviderSpec {
+        ProviderSpec {
+            secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            tolerance,
+            hmac: None,
+        }
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -231,7 +230,13 @@ mod tests {
 
     #[test]
     fn signing_reproduces_the_published_signature() {
-        let headers = provider(&[SECRET]).sign(ID, TIMESTAMP, BODY).unwrap();
+        let input = SignInput {
+            delivery_id: ID,
+            timestamp: TIMESTAMP,
+            body: BODY,
+            event_type: None,
+        };
+        let headers = provider(&[SECRET]).sign(&input).unwrap();
         assert_eq!(headers[2], ("webhook-signature".into(), SIGNATURE.into()));
     }
 
@@ -296,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_zero_tolerance_accepts_an_old_recorded_delivery() {
-        let p = StandardWebhooks::new(&[SECRET.into()], Duration::ZERO).unwrap();
+        let p = StandardWebhooks::new(&spec(&[SECRET], Some(Duration::ZERO))).unwrap();
         assert!(verify(&p, SIGNATURE, TIMESTAMP + 86_400 * 365).is_ok());
     }
 
@@ -358,12 +363,12 @@ mod tests {
     fn malformed_secrets_are_refused_at_configuration() {
         for bad in ["whsec_", "whsec_!!!", "whsec_c2hvcnQ="] {
             assert!(matches!(
-                StandardWebhooks::new(&[bad.into()], Duration::ZERO),
+                StandardWebhooks::new(&spec(&[bad], None)),
                 Err(ProviderConfigError::MalformedSecret { index: 0, .. })
             ));
         }
         assert_eq!(
-            StandardWebhooks::new(&[], Duration::ZERO).unwrap_err(),
+            StandardWebhooks::new(&spec(&[], None)).unwrap_err(),
             ProviderConfigError::NoSecret
         );
     }

@@ -140,7 +140,12 @@ impl TestApp {
     /// Signs `body` for `id` at `timestamp` with the endpoint's first secret.
     pub fn signed_headers(&self, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
         self.provider
-            .sign(id, timestamp, body)
+            .sign(&idempotent_receiver::providers::SignInput {
+                delivery_id: id,
+                timestamp,
+                body,
+                event_type: None,
+            })
             .expect("the test endpoint has a secret")
     }
 

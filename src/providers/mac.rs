@@ -14,7 +14,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// The tag length in bytes.
-    pub fn len(self) -> usize {
+    pub fn tag_len(self) -> usize {
         match self {
             Algorithm::Sha256 => 32,
             Algorithm::Sha512 => 64,
@@ -39,7 +39,7 @@ pub fn sign(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
 /// Whether `candidate` is the HMAC of `parts` under `key`. Constant-time, and
 /// a candidate of any other length (empty, truncated, a prefix) fails.
 pub fn verify(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], candidate: &[u8]) -> bool {
-    if candidate.len() != algorithm.len() {
+    if candidate.len() != algorithm.tag_len() {
         return false;
     }
     match algorithm {

@@ -123,7 +123,7 @@ pub fn check_key(key: &str) -> Result<(), Rejection> {
 }
 
 /// A header's value as text; a header sent twice is ambiguous and refused.
-fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, Rejection> {
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, Rejection> {
     let mut values = headers.get_all(name);
     let Some(first) = values.next() else {
         return Ok(None);
@@ -145,7 +145,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a s
 
 /// Checks a signed timestamp against `now`, in both directions. A zero
 /// tolerance disables the check (for replaying recorded fixtures only).
-fn check_timestamp(
+pub(crate) fn check_timestamp(
     timestamp: i64,
     now: DateTime<Utc>,
     tolerance: Duration,
@@ -162,8 +162,23 @@ fn check_timestamp(
     Ok(())
 }
 
+/// Checks only that a signed timestamp is not older than the tolerance (the
+/// rule of schemes such as Stripe's, which do not refuse clock skew ahead).
+pub(crate) fn check_age(timestamp: i64, now: DateTime<Utc>, tolerance: Duration) -> Result<(), Rejection> {
+    if tolerance.is_zero() {
+        return Ok(());
+    }
+    let age = now.timestamp().saturating_sub(timestamp);
+    if age > 0 && age.unsigned_abs() > tolerance.as_secs() {
+        return Err(Rejection::StaleTimestamp {
+            tolerance_secs: tolerance.as_secs(),
+        });
+    }
+    Ok(())
+}
+
 /// Parses a Unix timestamp in seconds; anything outside 2000..2200 is absurd.
-fn parse_timestamp(value: &str, header: &'static str) -> Result<i64, Rejection> {
+pub(crate) fn parse_timestamp(value: &str, header: &'static str) -> Result<i64, Rejection> {
     const MIN: i64 = 946_684_800; // 2000-01-01
     const MAX: i64 = 7_258_118_400; // 2200-01-01
     let malformed = |reason| Rejection::MalformedHeader { header, reason };

@@ -106,6 +106,15 @@ impl Application {
         store: Store,
     ) -> Result<Application, StartupError> {
         let webhooks = webhooks(settings, store.clone(), registry)?;
+        Application::serve(settings, webhooks, store)
+    }
+
+    /// Binds the listener and wires an already built webhook face.
+    pub fn serve(
+        settings: &Settings,
+        webhooks: Webhooks,
+        store: Store,
+    ) -> Result<Application, StartupError> {
         let listen_error = |source| StartupError::Listen {
             address: settings.listen.clone(),
             source,

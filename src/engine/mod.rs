@@ -22,6 +22,10 @@ pub struct ClaimRequest {
     /// caller's error, never a replay.
     pub fingerprint: String,
     pub event_type: Option<String>,
+    /// A second unique key for requests whose `key` is not authenticated
+    /// (the body hash of a GitHub or Shopify delivery): a request that
+    /// matches an earlier one's body key is a repeat of that one.
+    pub body_key: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -136,13 +140,7 @@ impl Engine {
         // A completed row is immutable until it is purged, so a plain read can
         // answer a replay without taking a write lock. Anything else goes to
         // the atomic claim below: this read never decides to run the operation.
-        if let Some(row) = self
-            .store()
-            .conn()
-            .await?
-            .find_delivery(&request.scope, &request.key)
-            .await?
-        {
+        if let Some(row) = lookup(&mut self.store().conn().await?, request).await? {
             match self.judge(&row, request, now())? {
                 Verdict::Final(outcome) => return Ok(Step::Done(outcome)),
                 Verdict::Busy(retry_after) => return Ok(Step::Busy(retry_after)),
@@ -189,7 +187,7 @@ impl Engine {
             .conn()
             .complete_delivery(
                 &request.scope,
-                &request.key,
+                &claimed.delivery_id,
                 &claimed.lease_owner,
                 &response,
                 now(),
@@ -232,16 +230,18 @@ impl Engine {
                 lease_owner: Some(&owner),
                 lease_expires_at: Some(lease_expires_at),
                 received_at: now,
+                body_key: request.body_key.as_deref(),
             })
             .await?;
         if inserted {
             return Ok(Ok(Claimed {
+                delivery_id: request.key.clone(),
                 lease_owner: owner,
                 attempt: 1,
                 taken_over: false,
             }));
         }
-        let Some(row) = conn.find_delivery(&request.scope, &request.key).await? else {
+        let Some(row) = lookup(conn, request).await? else {
             // Purged between the insert and the read: go round again.
             return Ok(Err(Step::Busy(Duration::ZERO)));
         };
@@ -253,7 +253,7 @@ impl Engine {
                 let took = conn
                     .take_over(
                         &request.scope,
-                        &request.key,
+                        &row.delivery_id,
                         observed,
                         &owner,
                         lease_expires_at,
@@ -262,6 +262,7 @@ impl Engine {
                     .await?;
                 if took {
                     Ok(Ok(Claimed {
+                        delivery_id: row.delivery_id,
                         lease_owner: owner,
                         attempt: row.attempts + 1,
                         taken_over: true,
@@ -302,6 +303,20 @@ impl Engine {
 
     fn lease(&self) -> TimeDelta {
         TimeDelta::from_std(self.inner.options.lease).unwrap_or(TimeDelta::seconds(60))
+    }
+}
+
+/// The row a request's key (or, failing that, its body key) names.
+async fn lookup(
+    conn: &mut DbConn,
+    request: &ClaimRequest,
+) -> Result<Option<DeliveryRow>, StoreError> {
+    if let Some(row) = conn.find_delivery(&request.scope, &request.key).await? {
+        return Ok(Some(row));
+    }
+    match &request.body_key {
+        Some(body_key) => conn.find_by_body_key(&request.scope, body_key).await,
+        None => Ok(None),
     }
 }
 

@@ -23,6 +23,9 @@ pub struct NewClaim<'a> {
     pub lease_owner: Option<&'a str>,
     pub lease_expires_at: Option<NaiveDateTime>,
     pub received_at: NaiveDateTime,
+    /// Set only for deliveries whose id is not signed: the body hash, unique
+    /// per endpoint, so a replayed body under a fresh id finds this row.
+    pub body_key: Option<&'a str>,
 }
 
 /// A row as the engine needs it to decide what a repeat gets.
@@ -43,6 +46,7 @@ pub struct DeliveryRow {
     pub lease_expires_at: Option<NaiveDateTime>,
     pub received_at: NaiveDateTime,
     pub completed_at: Option<NaiveDateTime>,
+    pub body_key: Option<String>,
 }
 
 /// The response a completed key replays, byte for byte.
@@ -70,25 +74,45 @@ impl DeliveryRow {
 /// What a successful claim holds: the fencing token its completion must show.
 #[derive(Debug, Clone)]
 pub struct Claimed {
+    /// The key actually claimed: the request's, or that of the earlier
+    /// delivery of the same body whose stale claim this one took over.
+    pub delivery_id: String,
     pub lease_owner: String,
     pub attempt: i32,
     pub taken_over: bool,
 }
 
 impl DbConn {
-    /// `INSERT ... ON CONFLICT DO NOTHING` on the primary key: true when this
-    /// call created the row, false when the key already exists. The database
-    /// decides; there is no read before it.
+    /// `INSERT ... ON CONFLICT DO NOTHING`: true when this call created the
+    /// row, false when the key (or, where set, the body key) already exists.
+    /// The database decides; there is no read before it. No conflict target
+    /// is named, so both unique indexes count.
     pub async fn insert_claim(&mut self, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
         let inserted = with_conn!(self, |c| {
             diesel::insert_into(deliveries::table)
                 .values(claim)
-                .on_conflict((dsl::endpoint, dsl::delivery_id))
-                .do_nothing()
+                .on_conflict_do_nothing()
                 .execute(c)
                 .await
         })?;
         Ok(inserted == 1)
+    }
+
+    /// The delivery that claimed `body_key` on `endpoint`, if any.
+    pub async fn find_by_body_key(
+        &mut self,
+        endpoint: &str,
+        body_key: &str,
+    ) -> Result<Option<DeliveryRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            deliveries::table
+                .filter(dsl::endpoint.eq(endpoint))
+                .filter(dsl::body_key.eq(body_key))
+                .select(DeliveryRow::as_select())
+                .first(c)
+                .await
+                .optional()
+        })?)
     }
 
     pub async fn find_delivery(

@@ -16,6 +16,7 @@ diesel::table! {
         lease_expires_at -> Nullable<Timestamp>,
         received_at -> Timestamp,
         completed_at -> Nullable<Timestamp>,
+        body_key -> Nullable<Text>,
     }
 }
 
@@ -36,7 +37,7 @@ diesel::table! {
         delivery_id -> Text,
         kind -> Text,
         payment_id -> Text,
-        order_id -> Text,
+        order_id -> Nullable<Text>,
         amount -> BigInt,
         currency -> Text,
         created_at -> Timestamp,

@@ -76,6 +76,7 @@ async fn leave_claim(app: &TestApp, id: &str, body: &[u8], lease_end: chrono::Na
             lease_owner: Some("pid1-dead/0000"),
             lease_expires_at: Some(lease_end),
             received_at: chrono::Utc::now().naive_utc() - chrono::TimeDelta::minutes(5),
+            body_key: None,
         })
         .await
         .unwrap();

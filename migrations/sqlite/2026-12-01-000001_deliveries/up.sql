@@ -41,7 +41,7 @@ CREATE TABLE ledger_entries (
     delivery_id TEXT      NOT NULL,
     kind        TEXT      NOT NULL CHECK (kind IN ('charge', 'refund')),
     payment_id  TEXT      NOT NULL,
-    order_id    TEXT      NOT NULL,
+    order_id    TEXT,
     amount      BIGINT    NOT NULL CHECK (amount > 0),
     currency    TEXT      NOT NULL,
     created_at  TIMESTAMP NOT NULL

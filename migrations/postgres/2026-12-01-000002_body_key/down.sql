@@ -1,0 +1,2 @@
+DROP INDEX deliveries_body_key;
+ALTER TABLE deliveries DROP COLUMN body_key;

@@ -98,3 +98,49 @@ pub async fn post(
         body,
     })
 }
+
+/// A runnable curl command that posts `body_file` with `delivery`'s headers.
+pub fn curl_command(url: &str, delivery: &SignedDelivery, body_file: &str) -> String {
+    let mut command = format!(
+        "curl -sS -i -X POST {} -H {}",
+        shell_quote(url),
+        shell_quote("content-type: application/json")
+    );
+    for (name, value) in &delivery.headers {
+        command.push_str(&format!(" -H {}", shell_quote(&format!("{name}: {value}"))));
+    }
+    command.push_str(&format!(" --data-binary @{}", shell_quote(body_file)));
+    command
+}
+
+/// A fixture object `{headers, body}`.
+pub fn fixture_json(delivery: &SignedDelivery) -> serde_json::Value {
+    let headers: serde_json::Map<String, serde_json::Value> = delivery
+        .headers
+        .iter()
+        .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
+        .collect();
+    json!({ "headers": headers, "body": String::from_utf8_lossy(&delivery.body) })
+}
+
+/// Single-quotes `text` for a POSIX shell.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curl_commands_quote_every_argument() {
+        let delivery = SignedDelivery {
+            headers: vec![("X-Sig".into(), "it's".into())],
+            body: b"{}".to_vec(),
+        };
+        assert_eq!(
+            curl_command("http://h/webhooks/a", &delivery, "body.json"),
+            "curl -sS -i -X POST 'http://h/webhooks/a' -H 'content-type: application/json' -H 'X-Sig: it'\\''s' --data-binary @'body.json'"
+        );
+    }
+}

@@ -51,6 +51,7 @@
 pub mod client;
 pub mod config;
 pub mod engine;
+pub mod fixtures;
 pub mod handlers;
 pub mod health;
 pub mod problem;

@@ -121,7 +121,10 @@ fn migrate_applies_the_migrations_once() {
         String::from_utf8_lossy(&first.stderr)
     );
     let first = String::from_utf8_lossy(&first.stdout).to_string();
-    assert!(first.starts_with("applied ") && !first.starts_with("applied 0 "), "{first}");
+    assert!(
+        first.starts_with("applied ") && !first.starts_with("applied 0 "),
+        "{first}"
+    );
     let second = run(dir.path(), "127.0.0.1:0", &["migrate"]);
     assert!(String::from_utf8_lossy(&second.stdout).contains("applied 0 migration"));
 }

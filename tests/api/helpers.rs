@@ -99,6 +99,8 @@ pub struct TestAppBuilder {
     registry: Registry,
     database_url: Option<String>,
     migrate: bool,
+    endpoints_toml: String,
+    clock: Option<i64>,
 }
 
 impl TestApp {
@@ -117,11 +119,31 @@ impl TestApp {
             registry: Registry::builtin(),
             database_url: None,
             migrate: true,
+            endpoints_toml: String::new(),
+            clock: None,
         }
     }
 
     pub fn url(&self) -> String {
         format!("{}/webhooks/{ENDPOINT}", self.address)
+    }
+
+    /// Posts raw `headers` and `body` to `endpoint`.
+    pub async fn post_to(
+        &self,
+        endpoint: &str,
+        headers: &[(String, String)],
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}/webhooks/{endpoint}", self.address))
+            .header("content-type", "application/json")
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        request.send().await.expect("the receiver answers")
     }
 
     /// Delivers `body` as `id` to another configured endpoint (`other`).
@@ -193,6 +215,16 @@ impl TestApp {
         conn.find_delivery(ENDPOINT, id)
             .await
             .expect("the read runs")
+    }
+
+    /// Deletes every stored delivery, event and ledger row.
+    pub async fn forget_deliveries(&self) {
+        let mut conn = self.store.conn().await.expect("a connection");
+        for table in ["ledger_entries", "events", "deliveries"] {
+            let sql = format!("DELETE FROM {table}");
+            with_conn!(&mut conn, |c| diesel::sql_query(&sql).execute(c).await)
+                .expect("the delete runs");
+        }
     }
 
     /// Moves a delivery's `received_at` into the past, as if it had arrived
@@ -277,6 +309,18 @@ impl TestAppBuilder {
         self
     }
 
+    /// More `[endpoints.NAME]` tables.
+    pub fn endpoints_toml(mut self, toml: &str) -> Self {
+        self.endpoints_toml.push_str(toml);
+        self
+    }
+
+    /// Verifies signatures as if it were `unix_seconds` now.
+    pub fn clock(mut self, unix_seconds: i64) -> Self {
+        self.clock = Some(unix_seconds);
+        self
+    }
+
     /// Points the app at another database, without migrating it.
     pub fn database_url(mut self, url: &str) -> Self {
         self.database_url = Some(url.to_owned());
@@ -339,8 +383,9 @@ impl TestAppBuilder {
         };
         let handlers: Vec<String> = self.handlers.iter().map(|h| format!("{h:?}")).collect();
         let config = format!(
-            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n",
-            handlers = handlers.join(", ")
+            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n{extra}",
+            handlers = handlers.join(", "),
+            extra = self.endpoints_toml,
         );
         let data = data_dir.path().to_string_lossy().to_string();
         let env = move |name: &str| match name {
@@ -355,8 +400,13 @@ impl TestAppBuilder {
         if self.migrate {
             store.migrate().await.expect("migrations apply");
         }
-        let app = Application::build_with_store(&settings, &self.registry, store.clone())
-            .expect("the app builds");
+        let mut webhooks = startup::webhooks(&settings, store.clone(), &self.registry)
+            .expect("the endpoints build");
+        if let Some(at) = self.clock {
+            let now = chrono::DateTime::from_timestamp(at, 0).expect("a valid instant");
+            webhooks = webhooks.with_clock(Arc::new(move || now));
+        }
+        let app = Application::serve(&settings, webhooks, store.clone()).expect("the app builds");
         let port = app.port();
         let server = app.server().handle();
         tokio::spawn(app.run_until_stopped());

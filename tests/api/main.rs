@@ -8,3 +8,5 @@ mod cli;
 mod concurrency;
 mod delivery;
 mod failures;
+mod fixtures;
+mod providers;

@@ -3,13 +3,19 @@
 //! published vectors verify by passing their own `now`.
 
 pub mod mac;
+mod paddle;
 mod rejection;
+mod slack;
 mod spec;
 mod standard_webhooks;
+mod stripe;
 
+pub use paddle::Paddle;
 pub use rejection::Rejection;
+pub use slack::Slack;
 pub use spec::{Encoding, HmacSpec, ProviderSpec};
 pub use standard_webhooks::StandardWebhooks;
+pub use stripe::Stripe;
 
 use actix_web::http::header::HeaderMap;
 use chrono::{DateTime, Utc};
@@ -81,13 +87,16 @@ pub enum SignError {
 }
 
 /// The provider names `provider = "..."` accepts.
-pub const PROVIDERS: &[&str] = &["standard-webhooks"];
+pub const PROVIDERS: &[&str] = &["standard-webhooks", "stripe", "paddle", "slack"];
 
 /// Builds the provider named in configuration. The error says what is wrong
 /// with which secret, never the secret itself.
 pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, ProviderConfigError> {
     match name {
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
+        "stripe" => Ok(Box::new(Stripe::new(spec)?)),
+        "paddle" => Ok(Box::new(Paddle::new(spec)?)),
+        "slack" => Ok(Box::new(Slack::new(spec)?)),
         _ => Err(ProviderConfigError::UnknownProvider),
     }
 }
@@ -123,7 +132,10 @@ pub fn check_key(key: &str) -> Result<(), Rejection> {
 }
 
 /// A header's value as text; a header sent twice is ambiguous and refused.
-pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, Rejection> {
+pub(crate) fn header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+) -> Result<Option<&'a str>, Rejection> {
     let mut values = headers.get_all(name);
     let Some(first) = values.next() else {
         return Ok(None);
@@ -164,7 +176,11 @@ pub(crate) fn check_timestamp(
 
 /// Checks only that a signed timestamp is not older than the tolerance (the
 /// rule of schemes such as Stripe's, which do not refuse clock skew ahead).
-pub(crate) fn check_age(timestamp: i64, now: DateTime<Utc>, tolerance: Duration) -> Result<(), Rejection> {
+pub(crate) fn check_age(
+    timestamp: i64,
+    now: DateTime<Utc>,
+    tolerance: Duration,
+) -> Result<(), Rejection> {
     if tolerance.is_zero() {
         return Ok(());
     }

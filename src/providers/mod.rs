@@ -3,13 +3,19 @@
 //! published vectors verify by passing their own `now`.
 
 pub mod mac;
+mod paddle;
 mod rejection;
+mod slack;
 mod spec;
 mod standard_webhooks;
+mod stripe;
 
+pub use paddle::Paddle;
 pub use rejection::Rejection;
+pub use slack::Slack;
 pub use spec::{Encoding, HmacSpec, ProviderSpec};
 pub use standard_webhooks::StandardWebhooks;
+pub use stripe::Stripe;
 
 use actix_web::http::header::HeaderMap;
 use chrono::{DateTime, Utc};
@@ -81,13 +87,16 @@ pub enum SignError {
 }
 
 /// The provider names `provider = "..."` accepts.
-pub const PROVIDERS: &[&str] = &["standard-webhooks"];
+pub const PROVIDERS: &[&str] = &["standard-webhooks", "stripe", "paddle", "slack"];
 
 /// Builds the provider named in configuration. The error says what is wrong
 /// with which secret, never the secret itself.
 pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, ProviderConfigError> {
     match name {
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
+        "stripe" => Ok(Box::new(Stripe::new(spec)?)),
+        "paddle" => Ok(Box::new(Paddle::new(spec)?)),
+        "slack" => Ok(Box::new(Slack::new(spec)?)),
         _ => Err(ProviderConfigError::UnknownProvider),
     }
 }

@@ -2,16 +2,22 @@
 //! secrets, now): it performs no I/O and holds no clock of its own, so old
 //! published vectors verify by passing their own `now`.
 
+mod github;
+mod hmac;
 pub mod mac;
 mod paddle;
 mod rejection;
+mod shopify;
 mod slack;
 mod spec;
 mod standard_webhooks;
 mod stripe;
 
+pub use github::GitHub;
+pub use hmac::GenericHmac;
 pub use paddle::Paddle;
 pub use rejection::Rejection;
+pub use shopify::Shopify;
 pub use slack::Slack;
 pub use spec::{Encoding, HmacSpec, ProviderSpec};
 pub use standard_webhooks::StandardWebhooks;
@@ -87,7 +93,15 @@ pub enum SignError {
 }
 
 /// The provider names `provider = "..."` accepts.
-pub const PROVIDERS: &[&str] = &["standard-webhooks", "stripe", "paddle", "slack"];
+pub const PROVIDERS: &[&str] = &[
+    "standard-webhooks",
+    "stripe",
+    "github",
+    "shopify",
+    "slack",
+    "paddle",
+    "hmac",
+];
 
 /// Builds the provider named in configuration. The error says what is wrong
 /// with which secret, never the secret itself.
@@ -95,8 +109,11 @@ pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, Provi
     match name {
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
         "stripe" => Ok(Box::new(Stripe::new(spec)?)),
-        "paddle" => Ok(Box::new(Paddle::new(spec)?)),
+        "github" => Ok(Box::new(GitHub::new(spec)?)),
+        "shopify" => Ok(Box::new(Shopify::new(spec)?)),
         "slack" => Ok(Box::new(Slack::new(spec)?)),
+        "paddle" => Ok(Box::new(Paddle::new(spec)?)),
+        "hmac" => Ok(Box::new(GenericHmac::new(spec)?)),
         _ => Err(ProviderConfigError::UnknownProvider),
     }
 }

@@ -193,12 +193,23 @@ impl StandardWebhooks {
                         candidates.ed25519.push(Signature::from_bytes(&bytes));
                     }
                 }
-                // Versions this verifier does not know are someone else's.
-                _ => {}
+                // Versions this verifier does not know (`v2`, ...) are
+                // someone else's; anything not shaped like a version is a
+                // broken header, not a future scheme.
+                other if is_version(other) => {}
+                _ => return Err(malformed("an entry's version is not v<digits><letters>")),
             }
         }
         Ok(candidates)
     }
+}
+
+/// `v` followed by a digit and then letters or digits, as in `v1`, `v1a`.
+fn is_version(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next() == Some('v')
+        && chars.next().is_some_and(|c| c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_alphanumeric())
 }
 
 /// `{id}.{timestamp}.{body}`, with the timestamp exactly as sent.

@@ -39,7 +39,7 @@ both_backends! {
         let raw = base64::engine::general_purpose::STANDARD.decode(&signature).unwrap();
         let truncated = format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(&raw[..31]));
         let foreign = format!("v1,{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]));
-        for bad in ["v1,", "", truncated.as_str(), foreign.as_str(), "v1a,abc", "v2,AAAA"] {
+        for bad in ["v1,", "", truncated.as_str(), foreign.as_str(), "v1a,AAAA", "v2,AAAA"] {
             assert_refused(app, with_signature(good.clone(), bad), body.clone(), 401, "invalid-signature").await;
         }
         // A body changed after signing.

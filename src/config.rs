@@ -55,7 +55,7 @@ pub struct EndpointSettings {
     pub name: String,
     /// The verifier, built (and its secrets checked) while loading.
     pub provider: Arc<dyn Provider>,
-    /// `None`: the provider's default (5 minutes for every scheme).
+    /// `None`: the provider's default (300 s; Paddle 5 s, as its SDKs).
     pub tolerance: Option<Duration>,
     pub handlers: Vec<String>,
     pub max_body_bytes: usize,

@@ -156,11 +156,10 @@ impl Handler for Payments {
 mod tests {
     use super::*;
 
-    fn read(
-        provider: &str,
-        event_type: &str,
-        payload: &Value,
-    ) -> Result<Option<(String, i64, String, Option<String>)>, String> {
+    /// kind, amount, currency, order id
+    type Read = (String, i64, String, Option<String>);
+
+    fn read(provider: &str, event_type: &str, payload: &Value) -> Result<Option<Read>, String> {
         let Some(shape) = shape_of(provider, event_type) else {
             return Ok(None);
         };

@@ -6,6 +6,8 @@ mod github;
 mod hmac;
 pub mod mac;
 mod paddle;
+#[cfg(test)]
+mod proptests;
 mod rejection;
 mod shopify;
 mod slack;

@@ -28,13 +28,17 @@ pub fn sign(
 }
 
 /// A `payment.succeeded` event in the shape the built-in payments handler
-/// reads, for trying the receiver out. It depends only on `payment_id`, so
-/// sending the same id twice sends the same body (a redelivery).
-pub fn sample_payment(payment_id: &str) -> Vec<u8> {
+/// reads, for trying the receiver out. It carries `delivery_id` where every
+/// body-keyed scheme looks for it (`id`, `event_id`), and depends on nothing
+/// else, so sending the same id twice sends the same body (a redelivery).
+pub fn sample_payment(delivery_id: &str) -> Vec<u8> {
     let body = json!({
+        "id": delivery_id,
+        "event_id": delivery_id,
         "type": "payment.succeeded",
+        "event_type": "payment.succeeded",
         "data": {
-            "id": payment_id,
+            "id": format!("pay_{}", delivery_id.trim_start_matches("msg_")),
             "order_id": "order_1001",
             "amount": 4200,
             "currency": "EUR"

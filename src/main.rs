@@ -229,7 +229,7 @@ async fn send(
         Some(path) => {
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?
         }
-        None => client::sample_payment(&format!("pay_{}", &id.trim_start_matches("msg_"))),
+        None => client::sample_payment(&id),
     };
     let url = url.unwrap_or_else(|| {
         let listen = settings.listen.replace("0.0.0.0", "127.0.0.1");

@@ -59,22 +59,7 @@ fn printed_body(output: &Output) -> String {
 #[tokio::test]
 async fn a_fresh_start_serves_the_demo_endpoint_and_send_round_trips_with_a_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let _server = Server(
-        Command::new(BIN)
-            .arg("serve")
-            .current_dir(dir.path())
-            .env("IR_LISTEN", &listen)
-            .env_remove("DATABASE_URL")
-            .env_remove("IR_CONFIG")
-            .env_remove("IR_DATA_DIR")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until_healthy(port).await;
+    let (_server, listen) = serve_with(dir.path(), None).await;
     let secret = std::fs::read_to_string(dir.path().join("data/demo.secret")).unwrap();
     assert!(dir.path().join("data/receiver.db").exists());
 
@@ -163,4 +148,95 @@ fn a_bad_configuration_stops_start_up_naming_the_key_and_the_file() {
         stderr.contains("receiver.toml") && stderr.contains("endpoints.shop.provider"),
         "{stderr}"
     );
+}
+
+/// Starts `serve` in `dir` (with `config`, or none at all) on a free port.
+async fn serve_with(dir: &std::path::Path, config: Option<&std::path::Path>) -> (Server, String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = Vec::new();
+    if let Some(config) = config {
+        args.extend(["--config".to_owned(), config.display().to_string()]);
+    }
+    args.push("serve".to_owned());
+    let server = Server(
+        Command::new(BIN)
+            .args(&args)
+            .current_dir(dir)
+            .env("IR_LISTEN", &listen)
+            .env_remove("DATABASE_URL")
+            .env_remove("IR_CONFIG")
+            .env_remove("IR_DATA_DIR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_healthy(port).await;
+    (server, listen)
+}
+
+#[tokio::test]
+async fn send_and_sign_work_for_every_provider_against_serve() {
+    use idempotent_receiver::fixtures;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("receiver.toml");
+    std::fs::write(&config, fixtures::endpoints_toml()).unwrap();
+    let (_server, listen) = serve_with(dir.path(), Some(&config)).await;
+    let with_config = |args: &[&str]| {
+        let mut all = vec!["--config", config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run(dir.path(), &listen, &all)
+    };
+
+    for source in fixtures::sources() {
+        let endpoint = source.endpoint();
+        // `send` signs with the endpoint's configured secret and its own sample body.
+        let id = format!("msg_send_{}", source.provider);
+        let sent = with_config(&["send", "--endpoint", &endpoint, "--id", &id]);
+        let stdout = String::from_utf8_lossy(&sent.stdout);
+        assert!(
+            stdout.contains("HTTP 200"),
+            "send {endpoint}: {stdout}{}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+
+        // `sign --format json` produces a fixture that serve accepts.
+        let body_file = dir.path().join(format!("{}.json", source.provider));
+        std::fs::write(&body_file, source.body).unwrap();
+        let mut args = vec![
+            "sign",
+            "--endpoint",
+            &endpoint,
+            "--file",
+            body_file.to_str().unwrap(),
+            "--format",
+            "json",
+            "--id",
+            source.delivery_id,
+        ];
+        if let Some(event_type) = source.event_type {
+            args.extend(["--event-type", event_type]);
+        }
+        let signed = with_config(&args);
+        assert!(
+            signed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&signed.stderr)
+        );
+        let fixture: serde_json::Value = serde_json::from_slice(&signed.stdout).unwrap();
+        let mut request = reqwest::Client::new()
+            .post(format!("http://{listen}/webhooks/{endpoint}"))
+            .body(fixture["body"].as_str().unwrap().to_owned());
+        for (name, value) in fixture["headers"].as_object().unwrap() {
+            request = request.header(name, value.as_str().unwrap());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(
+            response.status(),
+            200,
+            "sign {endpoint}: {}",
+            response.text().await.unwrap()
+        );
+    }
 }

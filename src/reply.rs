@@ -5,7 +5,7 @@ use crate::problem::Problem;
 use crate::store::StoredResponse;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
-use actix_web::http::header::CONTENT_TYPE;
+use actix_web::http::header::{CONTENT_TYPE, LOCATION};
 use std::time::Duration;
 
 /// Set on every answer that comes from the store rather than from running the
@@ -53,9 +53,14 @@ pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
     }
 }
 
-fn stored_response(stored: &StoredResponse) -> HttpResponse {
+/// A stored answer, as it was first given: status, content type, `Location`
+/// and body.
+pub fn stored_response(stored: &StoredResponse) -> HttpResponse {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    HttpResponse::build(status)
-        .insert_header((CONTENT_TYPE, stored.content_type.as_str()))
-        .body(stored.body.clone())
+    let mut response = HttpResponse::build(status);
+    response.insert_header((CONTENT_TYPE, stored.content_type.as_str()));
+    if let Some(location) = &stored.location {
+        response.insert_header((LOCATION, location.as_str()));
+    }
+    response.body(stored.body.clone())
 }

@@ -55,6 +55,7 @@ pub fn webhooks(
         EngineOptions {
             lease: settings.lease,
             in_progress_wait: settings.in_progress_wait,
+            retention: settings.retention,
         },
     );
     let mut endpoints = Vec::new();

@@ -214,6 +214,7 @@ impl Operation for RunHandlers {
                         status: problem.status,
                         content_type: crate::problem::CONTENT_TYPE_PROBLEM.into(),
                         body: problem.body(),
+                        location: None,
                     }));
                 }
                 Err(HandlerError::Database(e)) => return Err(OperationError::Store(e)),
@@ -236,6 +237,7 @@ impl Operation for RunHandlers {
             status: 200,
             content_type: "application/json".into(),
             body: serde_json::to_vec(&body).map_err(|e| OperationError::Failed(e.into()))?,
+            location: None,
         })
     }
 }

@@ -1,9 +1,16 @@
 //! The engine: claim a key, run the operation and complete the key in one
 //! transaction, or answer a repeat from what is stored. It knows neither HTTP
 //! nor providers: it sees a scope, a key, a fingerprint and an operation.
+//!
+//! Two ways in: [`Engine::process`] runs an [`Operation`] start to finish
+//! (the webhook face); [`Engine::claim`] hands out a [`Pending`] claim whose
+//! transaction the caller writes through and then completes or releases (the
+//! `Idempotency-Key` middleware, which runs an arbitrary actix handler).
 
+mod claim;
 mod outcome;
 
+pub use claim::{Claim, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
 
 use crate::store::{Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse};
@@ -15,7 +22,7 @@ use tokio::time::Instant;
 /// One logical operation, as the engine sees it.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
-    /// The namespace of the key: the endpoint (and tenant, where there is one).
+    /// The namespace of the key: the endpoint, or method + route + tenant.
     pub scope: String,
     pub key: String,
     /// A hash of the request: the same key with another fingerprint is a
@@ -36,6 +43,9 @@ pub struct EngineOptions {
     /// How long a repeat waits for a concurrent attempt to finish before it is
     /// answered 409 with `Retry-After`.
     pub in_progress_wait: Duration,
+    /// How long a completed key is remembered. Past it, the key is forgotten
+    /// even if the purge has not deleted the row yet: a repeat runs again.
+    pub retention: Duration,
 }
 
 impl Default for EngineOptions {
@@ -43,6 +53,7 @@ impl Default for EngineOptions {
         EngineOptions {
             lease: Duration::from_secs(60),
             in_progress_wait: Duration::from_secs(5),
+            retention: Duration::from_secs(72 * 3600),
         }
     }
 }
@@ -59,19 +70,20 @@ struct Inner {
 }
 
 /// What one pass over the key found.
-enum Step {
-    Done(Outcome),
+enum Attempt {
+    Decided(Claim),
     /// Someone else holds the key; try again after a pause, within the wait.
     Busy(Duration),
-    /// The operation gave a final non-success answer: store it alone.
-    Rejected(StoredResponse),
 }
 
 /// What an existing row means for a repeat.
 enum Verdict {
-    Final(Outcome),
+    Final(Claim),
     Busy(Duration),
+    /// An `in_progress` claim whose lease ran out: the next attempt takes it.
     Stale,
+    /// A completed key older than the retention: forgotten, claimable anew.
+    Expired,
 }
 
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -109,21 +121,59 @@ impl Engine {
         request: &ClaimRequest,
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
-        let deadline = Instant::now() + self.inner.options.in_progress_wait;
-        let mut pause = FIRST_PAUSE;
         let mut rejection: Option<StoredResponse> = None;
         loop {
-            let step = match &rejection {
-                Some(response) => self.attempt(request, &Fixed(response.clone())).await?,
-                None => self.attempt(request, operation).await?,
+            let mut pending = match self.claim(request).await? {
+                Claim::Fresh(pending) => pending,
+                Claim::Replay(stored) => return Ok(Outcome::Replayed(stored)),
+                Claim::InProgress { retry_after } => {
+                    return Ok(Outcome::InProgress { retry_after });
+                }
+                Claim::Mismatch => return Ok(Outcome::Mismatch),
             };
-            match step {
-                Step::Done(outcome) => return Ok(outcome),
-                Step::Rejected(response) => rejection = Some(response),
-                Step::Busy(retry_after) => {
+            let result = match &rejection {
+                // A final refusal found by an earlier pass: store it alone.
+                Some(response) => Ok(response.clone()),
+                None => {
+                    let claimed = pending.claimed().clone();
+                    operation.run(pending.conn(), &claimed).await
+                }
+            };
+            match result {
+                Ok(response) => {
+                    pending.complete(&response).await?;
+                    return Ok(Outcome::Processed(response));
+                }
+                // Its effects go, its answer stays: claim again and store
+                // only the response.
+                Err(OperationError::Rejected(response)) => {
+                    pending.release().await;
+                    rejection = Some(response);
+                }
+                Err(OperationError::Store(e)) => {
+                    pending.release().await;
+                    return Err(e.into());
+                }
+                Err(OperationError::Failed(e)) => {
+                    pending.release().await;
+                    return Err(EngineError::Operation(e));
+                }
+            }
+        }
+    }
+
+    /// Claims `request`'s key, waiting up to `in_progress_wait` while another
+    /// attempt holds it. A [`Claim::Fresh`] carries the open transaction.
+    pub async fn claim(&self, request: &ClaimRequest) -> Result<Claim, EngineError> {
+        let deadline = Instant::now() + self.inner.options.in_progress_wait;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            match self.try_claim(request).await? {
+                Attempt::Decided(claim) => return Ok(claim),
+                Attempt::Busy(retry_after) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     if remaining.is_zero() {
-                        return Ok(Outcome::InProgress { retry_after });
+                        return Ok(Claim::InProgress { retry_after });
                     }
                     tokio::time::sleep(pause.min(remaining)).await;
                     pause = (pause * 2).min(MAX_PAUSE);
@@ -132,144 +182,99 @@ impl Engine {
         }
     }
 
-    async fn attempt(
-        &self,
-        request: &ClaimRequest,
-        operation: &dyn Operation,
-    ) -> Result<Step, EngineError> {
-        // A completed row is immutable until it is purged, so a plain read can
+    async fn try_claim(&self, request: &ClaimRequest) -> Result<Attempt, EngineError> {
+        // A completed row is immutable until it expires, so a plain read can
         // answer a replay without taking a write lock. Anything else goes to
-        // the atomic claim below: this read never decides to run the operation.
+        // the atomic claim below: this read never decides to run anything.
         if let Some(row) = lookup(&mut self.store().conn().await?, request).await? {
             match self.judge(&row, request, now())? {
-                Verdict::Final(outcome) => return Ok(Step::Done(outcome)),
-                Verdict::Busy(retry_after) => return Ok(Step::Busy(retry_after)),
-                Verdict::Stale => {}
+                Verdict::Final(claim) => return Ok(Attempt::Decided(claim)),
+                Verdict::Busy(retry_after) => return Ok(Attempt::Busy(retry_after)),
+                Verdict::Stale | Verdict::Expired => {}
             }
         }
 
         let mut tx = self.store().begin().await?;
-        let claimed = match self.claim(tx.conn(), request).await {
-            Ok(Ok(claimed)) => claimed,
-            Ok(Err(step)) => {
-                end(tx).await;
-                return Ok(step);
+        match self.claim_in(tx.conn(), request).await {
+            Ok(Ok(claimed)) => {
+                if claimed.taken_over {
+                    tracing::warn!(
+                        attempt = claimed.attempt,
+                        "took over a claim whose lease expired"
+                    );
+                }
+                Ok(Attempt::Decided(Claim::Fresh(Pending::new(
+                    tx,
+                    request.scope.clone(),
+                    claimed,
+                ))))
+            }
+            Ok(Err(attempt)) => {
+                claim::end(tx).await;
+                Ok(attempt)
             }
             Err(EngineError::Store(StoreError::LockTimeout)) => {
-                end(tx).await;
-                return Ok(Step::Busy(Duration::from_secs(1)));
+                claim::end(tx).await;
+                Ok(Attempt::Busy(Duration::from_secs(1)))
             }
             Err(e) => {
-                end(tx).await;
-                return Err(e);
-            }
-        };
-        if claimed.taken_over {
-            tracing::warn!(
-                attempt = claimed.attempt,
-                "took over a claim whose lease expired"
-            );
-        }
-
-        let response = match operation.run(tx.conn(), &claimed).await {
-            Ok(response) => response,
-            Err(error) => {
-                end(tx).await;
-                return match error {
-                    OperationError::Rejected(response) => Ok(Step::Rejected(response)),
-                    OperationError::Store(e) => Err(e.into()),
-                    OperationError::Failed(e) => Err(EngineError::Operation(e)),
-                };
-            }
-        };
-
-        let completed = tx
-            .conn()
-            .complete_delivery(
-                &request.scope,
-                &claimed.delivery_id,
-                &claimed.lease_owner,
-                &response,
-                now(),
-            )
-            .await;
-        match completed {
-            Ok(true) => {
-                tx.commit().await?;
-                Ok(Step::Done(Outcome::Processed(response)))
-            }
-            Ok(false) => {
-                end(tx).await;
-                Err(EngineError::LeaseLost)
-            }
-            Err(e) => {
-                end(tx).await;
-                Err(e.into())
+                claim::end(tx).await;
+                Err(e)
             }
         }
     }
 
     /// The atomic claim: insert, or else find out what the existing row means.
-    /// `Ok(Err(step))` means the key is not ours to run.
-    async fn claim(
+    /// `Ok(Err(attempt))` means the key is not ours to run.
+    async fn claim_in(
         &self,
         conn: &mut DbConn,
         request: &ClaimRequest,
-    ) -> Result<Result<Claimed, Step>, EngineError> {
+    ) -> Result<Result<Claimed, Attempt>, EngineError> {
         let now = now();
         let owner = format!("{}/{}", self.inner.instance, uuid::Uuid::new_v4().simple());
-        let lease_expires_at = now + self.lease();
-        let inserted = conn
-            .insert_claim(&NewClaim {
-                endpoint: &request.scope,
-                delivery_id: &request.key,
-                request_hash: &request.fingerprint,
-                status: crate::store::IN_PROGRESS,
-                event_type: request.event_type.as_deref(),
-                attempts: 1,
-                lease_owner: Some(&owner),
-                lease_expires_at: Some(lease_expires_at),
-                received_at: now,
-                body_key: request.body_key.as_deref(),
-            })
-            .await?;
-        if inserted {
-            return Ok(Ok(Claimed {
-                delivery_id: request.key.clone(),
-                lease_owner: owner,
-                attempt: 1,
-                taken_over: false,
-            }));
+        let claim = NewClaim {
+            endpoint: &request.scope,
+            delivery_id: &request.key,
+            request_hash: &request.fingerprint,
+            status: crate::store::IN_PROGRESS,
+            event_type: request.event_type.as_deref(),
+            attempts: 1,
+            lease_owner: Some(&owner),
+            lease_expires_at: Some(now + to_delta(self.inner.options.lease)),
+            received_at: now,
+            body_key: request.body_key.as_deref(),
+        };
+        let fresh = |taken_over, attempt, delivery_id: &str| Claimed {
+            delivery_id: delivery_id.to_owned(),
+            lease_owner: owner.clone(),
+            attempt,
+            taken_over,
+        };
+        if conn.insert_claim(&claim).await? {
+            return Ok(Ok(fresh(false, 1, &request.key)));
         }
         let Some(row) = lookup(conn, request).await? else {
-            // Purged between the insert and the read: go round again.
-            return Ok(Err(Step::Busy(Duration::ZERO)));
+            // Deleted between the insert and the read: go round again.
+            return Ok(Err(Attempt::Busy(Duration::ZERO)));
         };
         match self.judge(&row, request, now)? {
-            Verdict::Final(outcome) => Ok(Err(Step::Done(outcome))),
-            Verdict::Busy(retry_after) => Ok(Err(Step::Busy(retry_after))),
+            Verdict::Final(claim) => Ok(Err(Attempt::Decided(claim))),
+            Verdict::Busy(retry_after) => Ok(Err(Attempt::Busy(retry_after))),
             Verdict::Stale => {
                 let observed = row.lease_owner.as_deref().unwrap_or_default();
-                let took = conn
-                    .take_over(
-                        &request.scope,
-                        &row.delivery_id,
-                        observed,
-                        &owner,
-                        lease_expires_at,
-                        now,
-                    )
-                    .await?;
-                if took {
-                    Ok(Ok(Claimed {
-                        delivery_id: row.delivery_id,
-                        lease_owner: owner,
-                        attempt: row.attempts + 1,
-                        taken_over: true,
-                    }))
+                if conn.take_over(&row, observed, &claim, now).await? {
+                    Ok(Ok(fresh(true, row.attempts + 1, &row.delivery_id)))
                 } else {
                     // Another retry took it over first.
-                    Ok(Err(Step::Busy(Duration::ZERO)))
+                    Ok(Err(Attempt::Busy(Duration::ZERO)))
+                }
+            }
+            Verdict::Expired => {
+                if conn.reclaim_expired(&row, &claim).await? {
+                    Ok(Ok(fresh(false, 1, &request.key)))
+                } else {
+                    Ok(Err(Attempt::Busy(Duration::ZERO)))
                 }
             }
         }
@@ -281,14 +286,22 @@ impl Engine {
         request: &ClaimRequest,
         now: NaiveDateTime,
     ) -> Result<Verdict, EngineError> {
-        if row.request_hash != request.fingerprint {
-            return Ok(Verdict::Final(Outcome::Mismatch));
-        }
         if row.status == crate::store::COMPLETED {
+            // Past the retention the key is forgotten, whatever it was used
+            // for: the docs promise that a repeat then runs again.
+            if row.received_at + to_delta(self.inner.options.retention) <= now {
+                return Ok(Verdict::Expired);
+            }
+            if row.request_hash != request.fingerprint {
+                return Ok(Verdict::Final(Claim::Mismatch));
+            }
             let stored = row
                 .stored_response()
                 .ok_or(EngineError::Corrupt("a completed row has no response"))?;
-            return Ok(Verdict::Final(Outcome::Replayed(stored)));
+            return Ok(Verdict::Final(Claim::Replay(stored)));
+        }
+        if row.request_hash != request.fingerprint {
+            return Ok(Verdict::Final(Claim::Mismatch));
         }
         match row.lease_expires_at {
             Some(expires) if expires > now => {
@@ -299,10 +312,6 @@ impl Engine {
             }
             _ => Ok(Verdict::Stale),
         }
-    }
-
-    fn lease(&self) -> TimeDelta {
-        TimeDelta::from_std(self.inner.options.lease).unwrap_or(TimeDelta::seconds(60))
     }
 }
 
@@ -324,21 +333,6 @@ fn now() -> NaiveDateTime {
     Utc::now().naive_utc()
 }
 
-/// Ends a transaction that must not commit. A failed rollback leaves the
-/// connection with an open transaction, which the pool then discards, so the
-/// database rolls back when the connection closes.
-async fn end(tx: crate::store::Transaction) {
-    if let Err(error) = tx.rollback().await {
-        tracing::warn!(%error, "rollback failed; the connection is discarded");
-    }
-}
-
-/// Stores a final answer produced by an earlier attempt, with no effects.
-struct Fixed(StoredResponse);
-
-#[async_trait::async_trait(?Send)]
-impl Operation for Fixed {
-    async fn run(&self, _: &mut DbConn, _: &Claimed) -> Result<StoredResponse, OperationError> {
-        Ok(self.0.clone())
-    }
+fn to_delta(duration: Duration) -> TimeDelta {
+    TimeDelta::from_std(duration).unwrap_or(TimeDelta::MAX)
 }

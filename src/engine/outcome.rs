@@ -53,6 +53,6 @@ pub enum EngineError {
     /// this one could complete; this attempt's effects were rolled back.
     #[error("the claim's lease was taken over before it could complete")]
     LeaseLost,
-    #[error("the stored delivery is inconsistent: {0}")]
+    #[error("the stored key is inconsistent: {0}")]
     Corrupt(&'static str),
 }

@@ -47,6 +47,7 @@ pub struct DeliveryRow {
     pub received_at: NaiveDateTime,
     pub completed_at: Option<NaiveDateTime>,
     pub body_key: Option<String>,
+    pub response_location: Option<String>,
 }
 
 /// The response a completed key replays, byte for byte.
@@ -55,6 +56,8 @@ pub struct StoredResponse {
     pub status: u16,
     pub content_type: String,
     pub body: Vec<u8>,
+    /// The `Location` header, for routes that create something.
+    pub location: Option<String>,
 }
 
 impl DeliveryRow {
@@ -67,6 +70,7 @@ impl DeliveryRow {
             status: u16::try_from(self.response_status?).ok()?,
             content_type: self.response_content_type.clone().unwrap_or_default(),
             body: self.response_body.clone()?,
+            location: self.response_location.clone(),
         })
     }
 }
@@ -135,22 +139,54 @@ impl DbConn {
     /// exactly one update matches.
     pub async fn take_over(
         &mut self,
-        endpoint: &str,
-        delivery_id: &str,
+        row: &DeliveryRow,
         observed_owner: &str,
-        new_owner: &str,
-        lease_expires_at: NaiveDateTime,
+        claim: &NewClaim<'_>,
         now: NaiveDateTime,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
-            diesel::update(deliveries::table.find((endpoint, delivery_id)))
+            diesel::update(deliveries::table.find((&row.endpoint, &row.delivery_id)))
                 .filter(dsl::status.eq(IN_PROGRESS))
                 .filter(dsl::lease_owner.eq(observed_owner))
                 .filter(dsl::lease_expires_at.le(now))
                 .set((
-                    dsl::lease_owner.eq(new_owner),
-                    dsl::lease_expires_at.eq(lease_expires_at),
+                    dsl::lease_owner.eq(claim.lease_owner),
+                    dsl::lease_expires_at.eq(claim.lease_expires_at),
                     dsl::attempts.eq(dsl::attempts + 1),
+                ))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Turns a completed row past its retention back into a fresh claim,
+    /// fenced on the `received_at` that was observed, so that of several
+    /// requests racing for it exactly one wins.
+    pub async fn reclaim_expired(
+        &mut self,
+        row: &DeliveryRow,
+        claim: &NewClaim<'_>,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(deliveries::table.find((&row.endpoint, &row.delivery_id)))
+                .filter(dsl::status.eq(COMPLETED))
+                .filter(dsl::received_at.eq(row.received_at))
+                .set((
+                    dsl::delivery_id.eq(claim.delivery_id),
+                    dsl::request_hash.eq(claim.request_hash),
+                    dsl::status.eq(claim.status),
+                    dsl::event_type.eq(claim.event_type),
+                    dsl::attempts.eq(claim.attempts),
+                    dsl::lease_owner.eq(claim.lease_owner),
+                    dsl::lease_expires_at.eq(claim.lease_expires_at),
+                    dsl::received_at.eq(claim.received_at),
+                    dsl::body_key.eq(claim.body_key),
+                    dsl::completed_at.eq(None::<NaiveDateTime>),
+                    dsl::response_status.eq(None::<i32>),
+                    dsl::response_content_type.eq(None::<String>),
+                    dsl::response_body.eq(None::<Vec<u8>>),
+                    dsl::response_location.eq(None::<String>),
                 ))
                 .execute(c)
                 .await
@@ -178,6 +214,7 @@ impl DbConn {
                     dsl::response_status.eq(i32::from(response.status)),
                     dsl::response_content_type.eq(&response.content_type),
                     dsl::response_body.eq(&response.body),
+                    dsl::response_location.eq(&response.location),
                     dsl::completed_at.eq(now),
                     dsl::lease_owner.eq(None::<String>),
                     dsl::lease_expires_at.eq(None::<NaiveDateTime>),

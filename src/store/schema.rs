@@ -17,6 +17,7 @@ diesel::table! {
         received_at -> Timestamp,
         completed_at -> Nullable<Timestamp>,
         body_key -> Nullable<Text>,
+        response_location -> Nullable<Text>,
     }
 }
 
@@ -44,4 +45,17 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(deliveries, events, ledger_entries);
+diesel::table! {
+    payments (id) {
+        id -> Text,
+        tenant -> Nullable<Text>,
+        order_id -> Text,
+        amount -> BigInt,
+        currency -> Text,
+        status -> Text,
+        idempotency_key -> Nullable<Text>,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(deliveries, events, ledger_entries, payments);

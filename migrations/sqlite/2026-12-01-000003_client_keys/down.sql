@@ -1,0 +1,2 @@
+DROP TABLE payments;
+ALTER TABLE deliveries DROP COLUMN response_location;

@@ -4,9 +4,6 @@ use chrono::Utc;
 use std::time::Duration;
 
 /// What a request for a key gets from [`super::Engine::claim`].
-// Returned once per request and matched at once: boxing `Pending` would only
-// add an allocation.
-#[expect(clippy::large_enum_variant)]
 pub enum Claim {
     /// The key is this request's to run: write through [`Pending::conn`],
     /// then [`Pending::complete`] or [`Pending::release`].

@@ -69,16 +69,17 @@ struct Inner {
     instance: String,
 }
 
+/// Someone else holds the key: try again after a pause, within the wait, or
+/// answer `Retry-After` with this delay.
+struct Busy(Duration);
+
 /// What one pass over the key found.
-enum Attempt {
-    Decided(Claim),
-    /// Someone else holds the key; try again after a pause, within the wait.
-    Busy(Duration),
-}
+type Attempt = Result<Claim, Busy>;
 
 /// What an existing row means for a repeat.
 enum Verdict {
-    Final(Claim),
+    Replay(StoredResponse),
+    Mismatch,
     Busy(Duration),
     /// An `in_progress` claim whose lease ran out: the next attempt takes it.
     Stale,
@@ -169,8 +170,8 @@ impl Engine {
         let mut pause = FIRST_PAUSE;
         loop {
             match self.try_claim(request).await? {
-                Attempt::Decided(claim) => return Ok(claim),
-                Attempt::Busy(retry_after) => {
+                Ok(claim) => return Ok(claim),
+                Err(Busy(retry_after)) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     if remaining.is_zero() {
                         return Ok(Claim::InProgress { retry_after });
@@ -188,8 +189,9 @@ impl Engine {
         // the atomic claim below: this read never decides to run anything.
         if let Some(row) = lookup(&mut self.store().conn().await?, request).await? {
             match self.judge(&row, request, now())? {
-                Verdict::Final(claim) => return Ok(Attempt::Decided(claim)),
-                Verdict::Busy(retry_after) => return Ok(Attempt::Busy(retry_after)),
+                Verdict::Replay(stored) => return Ok(Ok(Claim::Replay(stored))),
+                Verdict::Mismatch => return Ok(Ok(Claim::Mismatch)),
+                Verdict::Busy(retry_after) => return Ok(Err(Busy(retry_after))),
                 Verdict::Stale | Verdict::Expired => {}
             }
         }
@@ -203,7 +205,7 @@ impl Engine {
                         "took over a claim whose lease expired"
                     );
                 }
-                Ok(Attempt::Decided(Claim::Fresh(Pending::new(
+                Ok(Ok(Claim::Fresh(Pending::new(
                     tx,
                     request.scope.clone(),
                     claimed,
@@ -215,7 +217,7 @@ impl Engine {
             }
             Err(EngineError::Store(StoreError::LockTimeout)) => {
                 claim::end(tx).await;
-                Ok(Attempt::Busy(Duration::from_secs(1)))
+                Ok(Err(Busy(Duration::from_secs(1))))
             }
             Err(e) => {
                 claim::end(tx).await;
@@ -256,25 +258,26 @@ impl Engine {
         }
         let Some(row) = lookup(conn, request).await? else {
             // Deleted between the insert and the read: go round again.
-            return Ok(Err(Attempt::Busy(Duration::ZERO)));
+            return Ok(Err(Err(Busy(Duration::ZERO))));
         };
         match self.judge(&row, request, now)? {
-            Verdict::Final(claim) => Ok(Err(Attempt::Decided(claim))),
-            Verdict::Busy(retry_after) => Ok(Err(Attempt::Busy(retry_after))),
+            Verdict::Replay(stored) => Ok(Err(Ok(Claim::Replay(stored)))),
+            Verdict::Mismatch => Ok(Err(Ok(Claim::Mismatch))),
+            Verdict::Busy(retry_after) => Ok(Err(Err(Busy(retry_after)))),
             Verdict::Stale => {
                 let observed = row.lease_owner.as_deref().unwrap_or_default();
                 if conn.take_over(&row, observed, &claim, now).await? {
                     Ok(Ok(fresh(true, row.attempts + 1, &row.delivery_id)))
                 } else {
                     // Another retry took it over first.
-                    Ok(Err(Attempt::Busy(Duration::ZERO)))
+                    Ok(Err(Err(Busy(Duration::ZERO))))
                 }
             }
             Verdict::Expired => {
                 if conn.reclaim_expired(&row, &claim).await? {
                     Ok(Ok(fresh(false, 1, &request.key)))
                 } else {
-                    Ok(Err(Attempt::Busy(Duration::ZERO)))
+                    Ok(Err(Err(Busy(Duration::ZERO))))
                 }
             }
         }
@@ -293,15 +296,15 @@ impl Engine {
                 return Ok(Verdict::Expired);
             }
             if row.request_hash != request.fingerprint {
-                return Ok(Verdict::Final(Claim::Mismatch));
+                return Ok(Verdict::Mismatch);
             }
             let stored = row
                 .stored_response()
                 .ok_or(EngineError::Corrupt("a completed row has no response"))?;
-            return Ok(Verdict::Final(Claim::Replay(stored)));
+            return Ok(Verdict::Replay(stored));
         }
         if row.request_hash != request.fingerprint {
-            return Ok(Verdict::Final(Claim::Mismatch));
+            return Ok(Verdict::Mismatch);
         }
         match row.lease_expires_at {
             Some(expires) if expires > now => {

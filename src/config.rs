@@ -1,6 +1,7 @@
 //! Settings: a TOML file (`--config FILE` or `IR_CONFIG`), then environment
 //! overrides. Every error names the key and where it came from.
 
+use crate::client_keys::Mismatch;
 use crate::providers::{self, HmacSpec, Provider, ProviderSpec};
 use crate::store::DatabaseUrl;
 use serde::Deserialize;
@@ -48,6 +49,28 @@ pub struct Settings {
     pub pool_size: usize,
     pub workers: Option<usize>,
     pub endpoints: Vec<EndpointSettings>,
+    pub idempotency: IdempotencySettings,
+}
+
+/// `[idempotency]`: how client routes treat `Idempotency-Key`.
+#[derive(Debug, Clone, Default)]
+pub struct IdempotencySettings {
+    /// 409 (default) or 422 (the IETF draft) for a key reused with another
+    /// payload.
+    pub mismatch: Mismatch,
+    /// A header that names the tenant keys are scoped to, when the operator
+    /// enables it (a gateway in front must set it from the authenticated
+    /// caller).
+    pub tenant_header: Option<actix_web::http::header::HeaderName>,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawIdempotency {
+    mismatch_status: Option<u16>,
+    tenant_header: Option<String>,
+    max_body_bytes: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +98,8 @@ struct RawSettings {
     max_body_bytes: Option<usize>,
     #[serde(default)]
     endpoints: BTreeMap<String, RawEndpoint>,
+    #[serde(default)]
+    idempotency: RawIdempotency,
 }
 
 #[derive(Deserialize)]
@@ -232,7 +257,33 @@ impl Settings {
                 .push(demo_endpoint(&data_dir, max_body).map_err(|m| invalid("endpoints", m))?);
         }
 
+        let idempotency = IdempotencySettings {
+            mismatch: match raw.idempotency.mismatch_status {
+                None | Some(409) => Mismatch::Conflict,
+                Some(422) => Mismatch::Unprocessable,
+                Some(other) => {
+                    return Err(invalid(
+                        "idempotency.mismatch_status",
+                        format!("{other} is neither 409 nor 422"),
+                    ));
+                }
+            },
+            tenant_header: match &raw.idempotency.tenant_header {
+                Some(name) => Some(
+                    actix_web::http::header::HeaderName::try_from(name.as_str()).map_err(|_| {
+                        invalid("idempotency.tenant_header", format!("{name:?} is not a header name"))
+                    })?,
+                ),
+                None => None,
+            },
+            max_body_bytes: raw
+                .idempotency
+                .max_body_bytes
+                .unwrap_or(crate::client_keys::DEFAULT_MAX_BODY),
+        };
+
         Ok(Settings {
+            idempotency,
             source: file.to_owned(),
             listen,
             database,
@@ -418,6 +469,7 @@ mod tests {
             ),
             ("retention = \"three days\"\n", "`retention`"),
             ("listen = \"localhost\"\n", "`listen`"),
+            ("[idempotency]\nmismatch_status = 400\n", "`idempotency.mismatch_status`"),
             ("database_url = \"mysql://x\"\n", "`database_url`"),
             (
                 "[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets_env = \"NOPE\"\n",

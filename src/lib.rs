@@ -49,11 +49,13 @@
 //! ```
 
 pub mod client;
+pub mod client_keys;
 pub mod config;
 pub mod engine;
 pub mod fixtures;
 pub mod handlers;
 pub mod health;
+pub mod payments;
 pub mod problem;
 pub mod providers;
 pub mod reply;

@@ -18,8 +18,17 @@ pub struct Problem {
     pub title: &'static str,
     pub status: u16,
     pub detail: String,
+    /// Which fields of a request failed validation, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
     #[serde(skip)]
     pub retry_after: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: &'static str,
+    pub message: &'static str,
 }
 
 impl Problem {
@@ -34,6 +43,7 @@ impl Problem {
             title,
             status: status.as_u16(),
             detail: detail.into(),
+            errors: Vec::new(),
             retry_after: None,
         }
     }

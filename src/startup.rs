@@ -7,7 +7,10 @@ use crate::health;
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::webhooks::{Endpoint, Webhooks};
 use actix_web::dev::Server;
-use actix_web::{App, HttpServer};
+use crate::client_keys::{Idempotency, TenantSource};
+use crate::payments;
+use actix_web::{App, HttpServer, web};
+use std::sync::Arc;
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -43,6 +46,33 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
     Ok(store)
 }
 
+/// The engine both faces share.
+pub fn engine(settings: &Settings, store: Store) -> Engine {
+    Engine::new(
+        store,
+        EngineOptions {
+            lease: settings.lease,
+            in_progress_wait: settings.in_progress_wait,
+            retention: settings.retention,
+        },
+    )
+}
+
+/// The `Idempotency-Key` middleware as `[idempotency]` configures it.
+pub fn idempotency(settings: &Settings, engine: Engine) -> Idempotency {
+    let tenant = match &settings.idempotency.tenant_header {
+        Some(name) => TenantSource::Header(name.clone()),
+        None => TenantSource::None,
+    };
+    Idempotency::new(engine)
+        .mismatch(settings.idempotency.mismatch)
+        .tenant(tenant)
+        .max_body(settings.idempotency.max_body_bytes)
+}
+
+/// More routes for the app (tests, embedders).
+pub type ExtraRoutes = Arc<dyn Fn(&mut web::ServiceConfig) + Send + Sync>;
+
 /// The webhook face for the configured endpoints, with handlers looked up by
 /// name in `registry`.
 pub fn webhooks(
@@ -50,14 +80,7 @@ pub fn webhooks(
     store: Store,
     registry: &Registry,
 ) -> Result<Webhooks, ConfigError> {
-    let engine = Engine::new(
-        store,
-        EngineOptions {
-            lease: settings.lease,
-            in_progress_wait: settings.in_progress_wait,
-            retention: settings.retention,
-        },
-    );
+    let engine = engine(settings, store);
     let mut endpoints = Vec::new();
     for endpoint in &settings.endpoints {
         let mut handlers = Vec::new();
@@ -116,6 +139,17 @@ impl Application {
         webhooks: Webhooks,
         store: Store,
     ) -> Result<Application, StartupError> {
+        Application::serve_with(settings, webhooks, store, Arc::new(|_| {}))
+    }
+
+    /// [`Application::serve`] with `extra` routes mounted beside the built-in
+    /// ones.
+    pub fn serve_with(
+        settings: &Settings,
+        webhooks: Webhooks,
+        store: Store,
+        extra: ExtraRoutes,
+    ) -> Result<Application, StartupError> {
         let listen_error = |source| StartupError::Listen {
             address: settings.listen.clone(),
             source,
@@ -123,10 +157,13 @@ impl Application {
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
         let health_store = store.clone();
+        let idempotency = idempotency(settings, webhooks.engine().clone());
         let mut server = HttpServer::new(move || {
             App::new()
                 .configure(|cfg| webhooks.configure(cfg))
+                .configure(payments::configure(health_store.clone(), idempotency.clone()))
                 .configure(health::configure(health_store.clone()))
+                .configure(|cfg| extra(cfg))
         })
         .shutdown_timeout(30)
         .client_request_timeout(Duration::from_secs(10));

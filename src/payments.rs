@@ -1,0 +1,192 @@
+//! `POST /payments` and `GET /payments/{id}`: the showcase client route. The
+//! payment row and the key's completion commit in one transaction.
+
+use crate::client_keys::{Idempotency, IdempotentTx};
+use crate::problem::{FieldError, Problem};
+use crate::store::schema::payments;
+use crate::store::{Store, StoreError};
+use crate::with_conn;
+use actix_web::http::StatusCode;
+use actix_web::http::header::LOCATION;
+use actix_web::{HttpResponse, web};
+use chrono::{NaiveDateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use serde::Serialize;
+use serde_json::Value;
+
+#[derive(Debug, Clone, Serialize, Queryable, Selectable, Insertable)]
+#[diesel(table_name = payments)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub struct Payment {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    pub order_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub status: String,
+    #[serde(skip)]
+    pub idempotency_key: Option<String>,
+    #[serde(serialize_with = "rfc3339")]
+    pub created_at: NaiveDateTime,
+}
+
+fn rfc3339<S: serde::Serializer>(at: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&at.and_utc().to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// Mounts the routes; `idempotency` decides how keys are scoped and checked.
+pub fn configure(store: Store, idempotency: Idempotency) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        cfg.service(
+            web::resource("/payments")
+                .wrap(idempotency.required())
+                .route(web::post().to(create)),
+        )
+        .service(
+            web::resource("/payments/{id}")
+                .app_data(web::Data::new(store))
+                .route(web::get().to(show)),
+        );
+    }
+}
+
+/// What a valid request asks for.
+struct NewPayment {
+    order_id: String,
+    amount: i64,
+    currency: String,
+}
+
+/// Validates `{order_id, amount, currency}`; every failing field is named.
+fn validate(body: &[u8]) -> Result<NewPayment, Problem> {
+    let invalid = |errors: Vec<FieldError>| {
+        let mut problem = Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation-failed",
+            "Validation failed",
+            "the payment request is invalid; see errors",
+        );
+        problem.errors = errors;
+        problem
+    };
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+        return Err(invalid(vec![FieldError {
+            field: "",
+            message: "the body must be a JSON object",
+        }]));
+    };
+    let mut errors = Vec::new();
+    let order_id = fields.get("order_id").and_then(Value::as_str).unwrap_or_default();
+    if order_id.is_empty() || order_id.len() > 255 {
+        errors.push(FieldError {
+            field: "order_id",
+            message: "must be a string of 1 to 255 characters",
+        });
+    }
+    let amount = fields.get("amount").and_then(Value::as_i64).filter(|a| *a > 0);
+    if amount.is_none() {
+        errors.push(FieldError {
+            field: "amount",
+            message: "must be a positive integer in the currency's minor unit",
+        });
+    }
+    let currency = fields.get("currency").and_then(Value::as_str).unwrap_or_default();
+    if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        errors.push(FieldError {
+            field: "currency",
+            message: "must be a three-letter ISO 4217 code, upper case",
+        });
+    }
+    match amount {
+        Some(amount) if errors.is_empty() => Ok(NewPayment {
+            order_id: order_id.to_owned(),
+            amount,
+            currency: currency.to_owned(),
+        }),
+        _ => Err(invalid(errors)),
+    }
+}
+
+async fn create(body: web::Bytes, tx: IdempotentTx) -> HttpResponse {
+    let new = match validate(&body) {
+        Ok(new) => new,
+        // Produced after the handler started: stored with the key, so a
+        // retry of the same invalid request gets the same 422.
+        Err(problem) => return problem.to_response(),
+    };
+    let payment = Payment {
+        id: format!("pay_{}", uuid::Uuid::new_v4().simple()),
+        tenant: tx.tenant().map(str::to_owned),
+        order_id: new.order_id,
+        amount: new.amount,
+        currency: new.currency,
+        status: "created".to_owned(),
+        idempotency_key: tx.key().map(str::to_owned),
+        created_at: Utc::now().naive_utc(),
+    };
+    let inserted: Result<usize, StoreError> = async {
+        let mut conn = tx.conn().await?;
+        Ok(with_conn!(&mut *conn, |c| {
+            diesel::insert_into(payments::table).values(&payment).execute(c).await
+        })?)
+    }
+    .await;
+    match inserted {
+        Ok(_) => HttpResponse::Created()
+            .insert_header((LOCATION, format!("/payments/{}", payment.id)))
+            .json(&payment),
+        Err(error) => {
+            tracing::error!(%error, "could not write the payment");
+            // A 5xx is never stored: the key is released for the retry.
+            if error.is_transient() {
+                Problem::unavailable().to_response()
+            } else {
+                Problem::processing_failed().to_response()
+            }
+        }
+    }
+}
+
+/// Reads a payment back. A GET takes no key; one sent is ignored.
+async fn show(id: web::Path<String>, store: web::Data<Store>) -> HttpResponse {
+    let found: Result<Option<Payment>, StoreError> = async {
+        let mut conn = store.conn().await?;
+        Ok(with_conn!(&mut conn, |c| {
+            payments::table
+                .find(id.as_str())
+                .select(Payment::as_select())
+                .first(c)
+                .await
+                .optional()
+        })?)
+    }
+    .await;
+    match found {
+        Ok(Some(payment)) => HttpResponse::Ok().json(payment),
+        Ok(None) => Problem::new(
+            StatusCode::NOT_FOUND,
+            "payment-not-found",
+            "Payment not found",
+            format!("no payment with id {:?}", id.as_str()),
+        )
+        .to_response(),
+        Err(_) => Problem::unavailable().to_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_invalid_field_is_named() {
+        let problem = validate(br#"{"order_id":"","amount":12.5,"currency":"eur"}"#).unwrap_err();
+        let fields: Vec<_> = problem.errors.iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["order_id", "amount", "currency"]);
+        assert_eq!(problem.status, 422);
+        assert!(validate(b"[1]").is_err());
+        assert!(validate(br#"{"order_id":"o1","amount":100,"currency":"EUR"}"#).is_ok());
+    }
+}

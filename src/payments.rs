@@ -53,6 +53,7 @@ pub fn configure(store: Store, idempotency: Idempotency) -> impl FnOnce(&mut web
 }
 
 /// What a valid request asks for.
+#[derive(Debug)]
 struct NewPayment {
     order_id: String,
     amount: i64,

@@ -31,6 +31,9 @@ pub enum Mismatch {
     Unprocessable,
 }
 
+/// Reads the authenticated principal of a request.
+pub type Principal = Arc<dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync>;
+
 /// Where the tenant that scopes keys comes from.
 #[derive(Clone, Default)]
 pub enum TenantSource {
@@ -41,7 +44,7 @@ pub enum TenantSource {
     /// gateway that authenticated the caller).
     Header(HeaderName),
     /// The authenticated principal, however the app knows it.
-    Principal(Arc<dyn Fn(&ServiceRequest) -> Option<String> + Send + Sync>),
+    Principal(Principal),
 }
 
 /// The `Idempotency-Key` middleware. Wrap a resource (so that the route

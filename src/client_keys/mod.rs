@@ -31,5 +31,5 @@ mod tx;
 
 pub use fingerprint::fingerprint;
 pub use key::{IdempotencyKey, KeyError};
-pub use middleware::{DEFAULT_MAX_BODY, Idempotency, Mismatch, TenantSource};
+pub use middleware::{DEFAULT_MAX_BODY, Idempotency, Mismatch, Principal, TenantSource};
 pub use tx::{IdempotentTx, TxGuard};

@@ -271,7 +271,10 @@ impl Settings {
             tenant_header: match &raw.idempotency.tenant_header {
                 Some(name) => Some(
                     actix_web::http::header::HeaderName::try_from(name.as_str()).map_err(|_| {
-                        invalid("idempotency.tenant_header", format!("{name:?} is not a header name"))
+                        invalid(
+                            "idempotency.tenant_header",
+                            format!("{name:?} is not a header name"),
+                        )
                     })?,
                 ),
                 None => None,
@@ -469,7 +472,10 @@ mod tests {
             ),
             ("retention = \"three days\"\n", "`retention`"),
             ("listen = \"localhost\"\n", "`listen`"),
-            ("[idempotency]\nmismatch_status = 400\n", "`idempotency.mismatch_status`"),
+            (
+                "[idempotency]\nmismatch_status = 400\n",
+                "`idempotency.mismatch_status`",
+            ),
             ("database_url = \"mysql://x\"\n", "`database_url`"),
             (
                 "[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets_env = \"NOPE\"\n",

@@ -33,7 +33,10 @@ pub struct Payment {
 }
 
 fn rfc3339<S: serde::Serializer>(at: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&at.and_utc().to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+    s.serialize_str(
+        &at.and_utc()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
 }
 
 /// Mounts the routes; `idempotency` decides how keys are scoped and checked.
@@ -79,21 +82,30 @@ fn validate(body: &[u8]) -> Result<NewPayment, Problem> {
         }]));
     };
     let mut errors = Vec::new();
-    let order_id = fields.get("order_id").and_then(Value::as_str).unwrap_or_default();
+    let order_id = fields
+        .get("order_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if order_id.is_empty() || order_id.len() > 255 {
         errors.push(FieldError {
             field: "order_id",
             message: "must be a string of 1 to 255 characters",
         });
     }
-    let amount = fields.get("amount").and_then(Value::as_i64).filter(|a| *a > 0);
+    let amount = fields
+        .get("amount")
+        .and_then(Value::as_i64)
+        .filter(|a| *a > 0);
     if amount.is_none() {
         errors.push(FieldError {
             field: "amount",
             message: "must be a positive integer in the currency's minor unit",
         });
     }
-    let currency = fields.get("currency").and_then(Value::as_str).unwrap_or_default();
+    let currency = fields
+        .get("currency")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     if currency.len() != 3 || !currency.bytes().all(|b| b.is_ascii_uppercase()) {
         errors.push(FieldError {
             field: "currency",
@@ -130,7 +142,10 @@ async fn create(body: web::Bytes, tx: IdempotentTx) -> HttpResponse {
     let inserted: Result<usize, StoreError> = async {
         let mut conn = tx.conn().await?;
         Ok(with_conn!(&mut *conn, |c| {
-            diesel::insert_into(payments::table).values(&payment).execute(c).await
+            diesel::insert_into(payments::table)
+                .values(&payment)
+                .execute(c)
+                .await
         })?)
     }
     .await;

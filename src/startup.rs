@@ -1,17 +1,17 @@
 //! Wiring: settings → store (migrated) → engine → faces → a running server.
 
+use crate::client_keys::{Idempotency, TenantSource};
 use crate::config::{ConfigError, Settings};
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
+use crate::payments;
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::webhooks::{Endpoint, Webhooks};
 use actix_web::dev::Server;
-use crate::client_keys::{Idempotency, TenantSource};
-use crate::payments;
 use actix_web::{App, HttpServer, web};
-use std::sync::Arc;
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +161,10 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .configure(|cfg| webhooks.configure(cfg))
-                .configure(payments::configure(health_store.clone(), idempotency.clone()))
+                .configure(payments::configure(
+                    health_store.clone(),
+                    idempotency.clone(),
+                ))
                 .configure(health::configure(health_store.clone()))
                 .configure(|cfg| extra(cfg))
         })

@@ -71,7 +71,11 @@ mod tests {
 
     #[test]
     fn re_serialising_the_same_object_is_the_same_payload() {
-        let a = fingerprint("POST", "/payments", br#"{"amount": 100, "currency":"EUR","meta":{"b":1,"a":[1, 2]}}"#);
+        let a = fingerprint(
+            "POST",
+            "/payments",
+            br#"{"amount": 100, "currency":"EUR","meta":{"b":1,"a":[1, 2]}}"#,
+        );
         let b = fingerprint("POST", "/payments", b"{\n  \"meta\": {\"a\": [1,2], \"b\": 1},\n  \"currency\": \"EUR\", \"amount\": 100\n}");
         assert_eq!(a, b);
     }
@@ -81,13 +85,25 @@ mod tests {
         let base = fingerprint("POST", "/payments", br#"{"amount":100}"#);
         assert_ne!(base, fingerprint("POST", "/payments", br#"{"amount":101}"#));
         assert_ne!(base, fingerprint("POST", "/refunds", br#"{"amount":100}"#));
-        assert_ne!(base, fingerprint("PATCH", "/payments", br#"{"amount":100}"#));
-        assert_ne!(fingerprint("POST", "/p", br#"[1,2]"#), fingerprint("POST", "/p", br#"[2,1]"#));
+        assert_ne!(
+            base,
+            fingerprint("PATCH", "/payments", br#"{"amount":100}"#)
+        );
+        assert_ne!(
+            fingerprint("POST", "/p", br#"[1,2]"#),
+            fingerprint("POST", "/p", br#"[2,1]"#)
+        );
     }
 
     #[test]
     fn a_body_that_is_not_json_is_hashed_as_it_is() {
-        assert_ne!(fingerprint("POST", "/p", b"a=1"), fingerprint("POST", "/p", b"a=2"));
-        assert_eq!(fingerprint("POST", "/p", b"a=1"), fingerprint("POST", "/p", b"a=1"));
+        assert_ne!(
+            fingerprint("POST", "/p", b"a=1"),
+            fingerprint("POST", "/p", b"a=2")
+        );
+        assert_eq!(
+            fingerprint("POST", "/p", b"a=1"),
+            fingerprint("POST", "/p", b"a=1")
+        );
     }
 }

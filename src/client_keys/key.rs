@@ -64,7 +64,11 @@ fn unquote(quoted: &str) -> Result<String, KeyError> {
                 _ => return Err(KeyError::Malformed("only \\\" and \\\\ may be escaped")),
             },
             Some(c) if (' '..='~').contains(&c) => key.push(c),
-            Some(_) => return Err(KeyError::Malformed("the key has characters other than printable ASCII")),
+            Some(_) => {
+                return Err(KeyError::Malformed(
+                    "the key has characters other than printable ASCII",
+                ));
+            }
         }
     }
 }
@@ -97,12 +101,23 @@ mod tests {
         let uuid = "8e03978e-40d5-43e8-bc93-6894a57f9324";
         assert_eq!(parse(uuid), Ok(uuid.to_owned()));
         assert_eq!(parse(&format!("\"{uuid}\"")), Ok(uuid.to_owned()));
-        assert_eq!(parse(r#""with space and \"quote\"""#), Ok("with space and \"quote\"".to_owned()));
+        assert_eq!(
+            parse(r#""with space and \"quote\"""#),
+            Ok("with space and \"quote\"".to_owned())
+        );
     }
 
     #[test]
     fn empty_long_and_non_ascii_keys_are_malformed() {
-        for bad in ["", "\"\"", "\"open", "\"a\"b", "bare space", "caf\u{e9}", "\"tab\there\""] {
+        for bad in [
+            "",
+            "\"\"",
+            "\"open",
+            "\"a\"b",
+            "bare space",
+            "caf\u{e9}",
+            "\"tab\there\"",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
         assert!(parse(&"k".repeat(255)).is_ok());

@@ -140,7 +140,11 @@ where
 }
 
 #[tracing::instrument(name = "client_key", skip_all, fields(route, key, outcome))]
-async fn handle<S, B>(config: &Idempotency, service: &S, mut req: ServiceRequest) -> Result<ServiceResponse<BoxBody>, Error>
+async fn handle<S, B>(
+    config: &Idempotency,
+    service: &S,
+    mut req: ServiceRequest,
+) -> Result<ServiceResponse<BoxBody>, Error>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
     B: MessageBody + 'static,
@@ -148,7 +152,8 @@ where
     if !matches!(*req.method(), Method::POST | Method::PATCH) {
         return Ok(service.call(req).await?.map_into_boxed_body());
     }
-    let refuse = |req: ServiceRequest, problem: Problem| Ok(req.into_response(problem.to_response()));
+    let refuse =
+        |req: ServiceRequest, problem: Problem| Ok(req.into_response(problem.to_response()));
 
     // Everything refused before the claim stores nothing.
     let key = match key::from_headers(req.headers()) {
@@ -241,7 +246,10 @@ where
 
 /// Stores the handler's answer with the key and commits, or, for a 5xx,
 /// rolls everything back so that the retry runs again.
-async fn finish<B>(unit: Unit, response: ServiceResponse<B>) -> Result<ServiceResponse<BoxBody>, Error>
+async fn finish<B>(
+    unit: Unit,
+    response: ServiceResponse<B>,
+) -> Result<ServiceResponse<BoxBody>, Error>
 where
     B: MessageBody + 'static,
 {
@@ -257,10 +265,18 @@ where
         Ok(body) => body,
         Err(_) => {
             unit.release().await;
-            return Ok(ServiceResponse::new(request, Problem::processing_failed().to_response()));
+            return Ok(ServiceResponse::new(
+                request,
+                Problem::processing_failed().to_response(),
+            ));
         }
     };
-    let header = |name| head.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let header = |name| {
+        head.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
     let stored = StoredResponse {
         status: status.as_u16(),
         content_type: header(CONTENT_TYPE).unwrap_or_default(),
@@ -270,11 +286,17 @@ where
     match unit.finish(&stored).await {
         Ok(()) => {
             tracing::Span::current().record("outcome", "processed");
-            Ok(ServiceResponse::new(request, head.set_body(BoxBody::new(body))))
+            Ok(ServiceResponse::new(
+                request,
+                head.set_body(BoxBody::new(body)),
+            ))
         }
         // The handler's effects were rolled back: its answer must not be
         // given as if they had happened.
-        Err(error) => Ok(ServiceResponse::new(request, reply::respond(Err::<_, EngineError>(error)))),
+        Err(error) => Ok(ServiceResponse::new(
+            request,
+            reply::respond(Err::<_, EngineError>(error)),
+        )),
     }
 }
 
@@ -340,4 +362,3 @@ fn mismatch_problem(mismatch: Mismatch) -> Problem {
     problem.status = status.as_u16();
     problem
 }
-

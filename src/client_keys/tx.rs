@@ -34,7 +34,10 @@ impl Unit {
         }
     }
 
-    pub(super) async fn finish(self, response: &crate::store::StoredResponse) -> Result<(), EngineError> {
+    pub(super) async fn finish(
+        self,
+        response: &crate::store::StoredResponse,
+    ) -> Result<(), EngineError> {
         match self {
             Unit::Keyed(pending) => pending.complete(response).await,
             Unit::Plain(tx) => tx.commit().await.map_err(EngineError::from),
@@ -79,7 +82,9 @@ impl IdempotentTx {
         let guard: OwnedMutexGuard<Option<Unit>> = self.0.unit.clone().lock_owned().await;
         OwnedMutexGuard::try_map(guard, |unit| unit.as_mut().map(Unit::conn))
             .map(TxGuard)
-            .map_err(|_| StoreError::Unavailable("the request's transaction has already ended".into()))
+            .map_err(|_| {
+                StoreError::Unavailable("the request's transaction has already ended".into())
+            })
     }
 
     /// The request's `Idempotency-Key`, if it sent one.

@@ -100,6 +100,10 @@ pub struct TestAppBuilder {
     database_url: Option<String>,
     migrate: bool,
     endpoints_toml: String,
+    top_level: String,
+    routes: Option<
+        fn(&mut actix_web::web::ServiceConfig, idempotent_receiver::client_keys::Idempotency),
+    >,
     clock: Option<i64>,
 }
 
@@ -120,6 +124,8 @@ impl TestApp {
             database_url: None,
             migrate: true,
             endpoints_toml: String::new(),
+            top_level: String::new(),
+            routes: None,
             clock: None,
         }
     }
@@ -217,6 +223,42 @@ impl TestApp {
             .expect("the read runs")
     }
 
+    /// POSTs `body` to `path` with an optional `Idempotency-Key` and more headers.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}{path}", self.address))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(key) = key {
+            request = request.header("idempotency-key", key);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.expect("the receiver answers")
+    }
+
+    /// Moves the `received_at` of the key `key` in `scope` into the past.
+    pub async fn age_key(&self, scope: &str, key: &str, by: chrono::TimeDelta) {
+        let mut conn = self.store.conn().await.expect("a connection");
+        let when = chrono::Utc::now().naive_utc() - by;
+        let updated = with_conn!(&mut conn, |c| {
+            diesel::update(deliveries::table.find((scope, key)))
+                .set(deliveries::received_at.eq(when))
+                .execute(c)
+                .await
+        })
+        .expect("the update runs");
+        assert_eq!(updated, 1, "no key {key:?} in scope {scope:?}");
+    }
+
     /// Deletes every stored delivery, event and ledger row.
     pub async fn forget_deliveries(&self) {
         let mut conn = self.store.conn().await.expect("a connection");
@@ -230,16 +272,7 @@ impl TestApp {
     /// Moves a delivery's `received_at` into the past, as if it had arrived
     /// that long ago.
     pub async fn age_delivery(&self, id: &str, by: chrono::TimeDelta) {
-        let mut conn = self.store.conn().await.expect("a connection");
-        let when = chrono::Utc::now().naive_utc() - by;
-        let updated = with_conn!(&mut conn, |c| {
-            diesel::update(deliveries::table.find((ENDPOINT, id)))
-                .set(deliveries::received_at.eq(when))
-                .execute(c)
-                .await
-        })
-        .expect("the update runs");
-        assert_eq!(updated, 1);
+        self.age_key(ENDPOINT, id, by).await;
     }
 
     /// Checks what must hold after every test, then stops the server and
@@ -315,6 +348,25 @@ impl TestAppBuilder {
         self
     }
 
+    /// Top-level settings (`retention = "1h"`), placed before every table.
+    pub fn top_level(mut self, toml: &str) -> Self {
+        self.top_level.push_str(toml);
+        self.top_level.push('\n');
+        self
+    }
+
+    /// Mounts test routes, given the configured `Idempotency` middleware.
+    pub fn routes(
+        mut self,
+        routes: fn(
+            &mut actix_web::web::ServiceConfig,
+            idempotent_receiver::client_keys::Idempotency,
+        ),
+    ) -> Self {
+        self.routes = Some(routes);
+        self
+    }
+
     /// Verifies signatures as if it were `unix_seconds` now.
     pub fn clock(mut self, unix_seconds: i64) -> Self {
         self.clock = Some(unix_seconds);
@@ -383,9 +435,10 @@ impl TestAppBuilder {
         };
         let handlers: Vec<String> = self.handlers.iter().map(|h| format!("{h:?}")).collect();
         let config = format!(
-            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n{extra}",
+            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n{top}[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n{extra}",
             handlers = handlers.join(", "),
             extra = self.endpoints_toml,
+            top = self.top_level,
         );
         let data = data_dir.path().to_string_lossy().to_string();
         let env = move |name: &str| match name {
@@ -406,7 +459,15 @@ impl TestAppBuilder {
             let now = chrono::DateTime::from_timestamp(at, 0).expect("a valid instant");
             webhooks = webhooks.with_clock(Arc::new(move || now));
         }
-        let app = Application::serve(&settings, webhooks, store.clone()).expect("the app builds");
+        let idempotency = startup::idempotency(&settings, webhooks.engine().clone());
+        let routes = self.routes;
+        let extra: startup::ExtraRoutes = Arc::new(move |cfg| {
+            if let Some(routes) = routes {
+                routes(cfg, idempotency.clone());
+            }
+        });
+        let app = Application::serve_with(&settings, webhooks, store.clone(), extra)
+            .expect("the app builds");
         let port = app.port();
         let server = app.server().handle();
         tokio::spawn(app.run_until_stopped());

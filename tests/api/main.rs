@@ -5,6 +5,7 @@ mod helpers;
 
 mod bad_input;
 mod cli;
+mod client_keys;
 mod concurrency;
 mod delivery;
 mod failures;

@@ -3,11 +3,11 @@
 //! event in `X-GitHub-Event`. GitHub signs no timestamp and not the delivery
 //! id, so neither ages out nor is protected against being swapped.
 
-use super::hmac::raw_secrets;
 use super::mac::{self, Algorithm};
+use super::secrets::{parse_each, typed};
 use super::{
     Provider, ProviderConfigError, ProviderSpec, Rejection, SignError, SignInput, SignedRequest,
-    Verified, check_key, header,
+    Verified, header, key_in_header, required_header,
 };
 use crate::secret::Secret;
 use chrono::{DateTime, Utc};
@@ -28,7 +28,7 @@ pub struct GitHub {
 impl GitHub {
     pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
         Ok(GitHub {
-            secrets: raw_secrets(&spec.secrets)?,
+            secrets: parse_each(&spec.secrets, typed)?,
         })
     }
 
@@ -45,8 +45,7 @@ impl Provider for GitHub {
     }
 
     fn verify(&self, request: &SignedRequest<'_>, _: DateTime<Utc>) -> Result<Verified, Rejection> {
-        let value = header(request.headers, SIGNATURE_HEADER)?
-            .ok_or(Rejection::MissingHeader(SIGNATURE_HEADER))?;
+        let value = required_header(request.headers, SIGNATURE_HEADER)?;
         // GitHub sends exactly one signature, always with this prefix.
         let encoded = value
             .strip_prefix(SIGNATURE_PREFIX)
@@ -60,26 +59,18 @@ impl Provider for GitHub {
         })?;
         // Constant-time, and any other length fails, so an empty `sha256=` or
         // a prefix of the right tag cannot match.
-        let secret_index = self
-            .secrets
-            .iter()
-            .position(|secret| {
-                mac::verify(
-                    Algorithm::Sha256,
-                    secret.expose(),
-                    &[request.body],
-                    &candidate,
-                )
-            })
-            .ok_or(Rejection::InvalidSignature)?;
+        let secret_index = mac::matching_secret(
+            Algorithm::Sha256,
+            &self.secrets,
+            &[request.body],
+            std::slice::from_ref(&candidate),
+        )
+        .ok_or(Rejection::InvalidSignature)?;
         Ok(Verified { secret_index })
     }
 
     fn delivery_id(&self, request: &SignedRequest<'_>, _: &Value) -> Result<String, Rejection> {
-        let id = header(request.headers, DELIVERY_HEADER)?
-            .ok_or(Rejection::MissingHeader(DELIVERY_HEADER))?;
-        check_key(id)?;
-        Ok(id.to_owned())
+        key_in_header(request.headers, DELIVERY_HEADER)
     }
 
     /// `X-GitHub-Event`, refined by the body's `action` where there is one:
@@ -113,7 +104,9 @@ impl Provider for GitHub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+    use crate::providers::test_support::{
+        delivery_id_for, event_type_for, malformed_in, pairs, spec, verify_request,
+    };
     use serde_json::json;
 
     // The test values in GitHub's "Validating webhook deliveries" documentation
@@ -125,42 +118,15 @@ mod tests {
         "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
     const DELIVERY: &str = "72d3162e-cc78-11e3-81ab-4c9367dc0958";
 
+    /// GitHub signs no timestamp, so any clock will do.
+    const NOW: i64 = 1_700_000_000;
+
     fn provider(secrets: &[&str]) -> GitHub {
-        GitHub::new(&spec(secrets)).unwrap()
-    }
-
-    fn spec(secrets: &[&str]) -> ProviderSpec {
-        ProviderSpec {
-            secrets: secrets.iter().map(|s| s.to_string()).collect(),
-            tolerance: None,
-            hmac: None,
-        }
-    }
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
-
-    fn now() -> DateTime<Utc> {
-        DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+        GitHub::new(&spec(secrets, None)).unwrap()
     }
 
     fn verify_with(p: &GitHub, pairs: &[(&str, &str)], body: &[u8]) -> Result<Verified, Rejection> {
-        let map = headers(pairs);
-        p.verify(
-            &SignedRequest {
-                headers: &map,
-                body,
-            },
-            now(),
-        )
+        verify_request(p, pairs, body, NOW)
     }
 
     fn verify(p: &GitHub, signature: &str) -> Result<Verified, Rejection> {
@@ -213,20 +179,18 @@ mod tests {
             event_type: Some("pull_request"),
         };
         let signed = p.sign(&input).unwrap();
-        let pairs: Vec<(&str, &str)> = signed
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
-        let map = headers(&pairs);
-        let request = SignedRequest {
-            headers: &map,
-            body,
-        };
+        let pairs = pairs(&signed);
         let payload: Value = serde_json::from_slice(body).unwrap();
-        assert_eq!(p.verify(&request, now()), Ok(Verified { secret_index: 0 }));
-        assert_eq!(p.delivery_id(&request, &payload), Ok("d-1".into()));
         assert_eq!(
-            p.event_type(&request, &payload),
+            verify_with(&p, &pairs, body),
+            Ok(Verified { secret_index: 0 })
+        );
+        assert_eq!(
+            delivery_id_for(&p, &pairs, body, &payload),
+            Ok("d-1".into())
+        );
+        assert_eq!(
+            event_type_for(&p, &pairs, body, &payload),
             Some("pull_request.opened".into())
         );
     }
@@ -284,13 +248,7 @@ mod tests {
         for signature in [bare, sha1.as_str(), "sha256=zz", odd, "", two.as_str()] {
             let result = verify(&p, signature);
             assert!(
-                matches!(
-                    result,
-                    Err(Rejection::MalformedHeader {
-                        header: "X-Hub-Signature-256",
-                        ..
-                    })
-                ),
+                malformed_in(&result, "X-Hub-Signature-256"),
                 "{signature:?}: {result:?}"
             );
         }
@@ -317,34 +275,20 @@ mod tests {
     #[test]
     fn the_delivery_header_is_the_key_and_is_not_signed() {
         let p = provider(&[SECRET]);
-        let map = headers(&[("x-github-delivery", DELIVERY)]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
-        assert_eq!(p.delivery_id(&request, &json!({})), Ok(DELIVERY.into()));
+        assert_eq!(
+            delivery_id_for(&p, &[("x-github-delivery", DELIVERY)], BODY, &json!({})),
+            Ok(DELIVERY.into())
+        );
         assert!(!p.delivery_id_is_signed());
     }
 
     #[test]
     fn a_missing_or_invalid_delivery_header_is_refused() {
         let p = provider(&[SECRET]);
-        let empty = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &empty,
-            body: BODY,
-        };
-        assert_eq!(
-            p.delivery_id(&request, &json!({})),
-            Err(Rejection::MissingHeader("X-GitHub-Delivery"))
-        );
-        let map = headers(&[("x-github-delivery", "has a space")]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
+        let key = |pairs: &[(&str, &str)]| delivery_id_for(&p, pairs, BODY, &json!({}));
+        assert_eq!(key(&[]), Err(Rejection::MissingHeader("X-GitHub-Delivery")));
         assert!(matches!(
-            p.delivery_id(&request, &json!({})),
+            key(&[("x-github-delivery", "has a space")]),
             Err(Rejection::InvalidKey(_))
         ));
     }
@@ -352,12 +296,8 @@ mod tests {
     #[test]
     fn the_event_type_is_the_event_header_and_the_action_if_any() {
         let p = provider(&[SECRET]);
-        let map = headers(&[("x-github-event", "issues")]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
-        let event = |payload: Value| p.event_type(&request, &payload);
+        let event =
+            |payload: Value| event_type_for(&p, &[("x-github-event", "issues")], BODY, &payload);
         assert_eq!(
             event(json!({"action": "closed"})),
             Some("issues.closed".into())
@@ -367,22 +307,20 @@ mod tests {
             Some("issues".into())
         );
         assert_eq!(event(json!({"action": 3})), Some("issues".into()));
-        let none = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &none,
-            body: BODY,
-        };
-        assert_eq!(p.event_type(&request, &json!({"action": "closed"})), None);
+        assert_eq!(
+            event_type_for(&p, &[], BODY, &json!({"action": "closed"})),
+            None
+        );
     }
 
     #[test]
     fn empty_secrets_are_refused_at_configuration() {
         assert_eq!(
-            GitHub::new(&spec(&[])).unwrap_err(),
+            GitHub::new(&spec(&[], None)).unwrap_err(),
             ProviderConfigError::NoSecret
         );
         assert!(matches!(
-            GitHub::new(&spec(&[SECRET, ""])),
+            GitHub::new(&spec(&[SECRET, ""], None)),
             Err(ProviderConfigError::MalformedSecret { index: 1, .. })
         ));
     }

@@ -5,13 +5,14 @@
 //! the bytes of the configured string.
 
 use super::mac::{self, Algorithm};
+use super::secrets::{parse_each, typed};
 use super::{
     Encoding, HmacSpec, Provider, ProviderConfigError, ProviderSpec, Rejection, SignError,
-    SignInput, SignedRequest, Verified, check_key, check_timestamp, header, key_at,
-    parse_timestamp, text_at,
+    SignInput, SignedRequest, Verified, check_key, check_timestamp, header, key_at, key_in_header,
+    parse_timestamp, required_header, text_at,
 };
 use crate::secret::Secret;
-use actix_web::http::header::{HeaderMap, HeaderName};
+use actix_web::http::header::HeaderName;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
@@ -63,33 +64,9 @@ enum EventSource {
     Pointer(String),
 }
 
-/// Secrets used as the bytes of the string configured (GitHub's, Shopify's
-/// and the generic scheme's): any string but an empty one, or one with
-/// whitespace at either end, which is a stray newline or space far more often
-/// than a real secret (and could not come through `secrets_env`, which trims).
-pub(crate) fn raw_secrets(secrets: &[String]) -> Result<Vec<Secret>, ProviderConfigError> {
-    if secrets.is_empty() {
-        return Err(ProviderConfigError::NoSecret);
-    }
-    secrets
-        .iter()
-        .enumerate()
-        .map(|(index, secret)| {
-            let malformed = |reason| ProviderConfigError::MalformedSecret { index, reason };
-            if secret.is_empty() {
-                return Err(malformed("it is empty"));
-            }
-            if secret.trim() != secret {
-                return Err(malformed("it begins or ends with whitespace"));
-            }
-            Ok(Secret::new(secret.as_bytes()))
-        })
-        .collect()
-}
-
 impl GenericHmac {
     pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
-        let secrets = raw_secrets(&spec.secrets)?;
+        let secrets = parse_each(&spec.secrets, typed)?;
         let hmac = spec.hmac.as_ref().ok_or_else(|| {
             invalid("provider = \"hmac\" needs an hmac table, with at least signature_header")
         })?;
@@ -194,14 +171,14 @@ impl Provider for GenericHmac {
         request: &SignedRequest<'_>,
         now: DateTime<Utc>,
     ) -> Result<Verified, Rejection> {
-        let value = required(request.headers, self.signature_header)?;
+        let value = required_header(request.headers, self.signature_header)?;
         let id = match self.signed_id_header {
-            Some(name) => required(request.headers, name)?,
+            Some(name) => required_header(request.headers, name)?,
             None => "",
         };
         let (timestamp_text, timestamp) = match self.timestamp_header {
             Some(name) => {
-                let text = required(request.headers, name)?;
+                let text = required_header(request.headers, name)?;
                 (text, Some(parse_timestamp(text, name)?))
             }
             None => ("", None),
@@ -210,11 +187,13 @@ impl Provider for GenericHmac {
         let parts = self.signed_parts(id, timestamp_text, request.body);
         // Constant-time, and any other length fails, so an empty value or a
         // prefix of the right tag cannot match.
-        let secret_index = self
-            .secrets
-            .iter()
-            .position(|secret| mac::verify(self.algorithm, secret.expose(), &parts, &candidate))
-            .ok_or(Rejection::InvalidSignature)?;
+        let secret_index = mac::matching_secret(
+            self.algorithm,
+            &self.secrets,
+            &parts,
+            std::slice::from_ref(&candidate),
+        )
+        .ok_or(Rejection::InvalidSignature)?;
         if let Some(timestamp) = timestamp {
             check_timestamp(timestamp, now, self.tolerance)?;
         }
@@ -227,11 +206,7 @@ impl Provider for GenericHmac {
         payload: &Value,
     ) -> Result<String, Rejection> {
         match &self.key {
-            KeySource::Header(name) => {
-                let id = required(request.headers, name)?;
-                check_key(id)?;
-                Ok(id.to_owned())
-            }
+            KeySource::Header(name) => key_in_header(request.headers, name),
             KeySource::Pointer(pointer) => key_at(payload, pointer),
             KeySource::Fields(pointers) => {
                 let values = pointers
@@ -288,11 +263,6 @@ impl Provider for GenericHmac {
 
 fn invalid(message: &str) -> ProviderConfigError {
     ProviderConfigError::Invalid(message.to_owned())
-}
-
-/// A header that must be there.
-fn required<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<&'a str, Rejection> {
-    header(headers, name)?.ok_or(Rejection::MissingHeader(name))
 }
 
 /// Splits `signed_content` into text and the three placeholders; any other
@@ -415,7 +385,10 @@ fn intern(name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::http::header::HeaderValue;
+    use crate::providers::test_support::{
+        self, assert_tolerated_either_way, delivery_id_for, event_type_for, malformed_in, pairs,
+        verify_request,
+    };
 
     // The generic scheme has no publisher and so no published vectors. These
     // were computed independently of this code, with Python's standard library:
@@ -494,9 +467,8 @@ mod tests {
 
     fn spec(secrets: &[&str], hmac: HmacSpec, tolerance: Option<Duration>) -> ProviderSpec {
         ProviderSpec {
-            secrets: secrets.iter().map(|s| s.to_string()).collect(),
-            tolerance,
             hmac: Some(hmac),
+            ..test_support::spec(secrets, tolerance)
         }
     }
 
@@ -508,35 +480,13 @@ mod tests {
         GenericHmac::new(&spec(&[HEX_SECRET], hmac, None)).unwrap_err()
     }
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
-
-    fn at(timestamp: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(timestamp, 0).unwrap()
-    }
-
     fn verify_with(
         p: &GenericHmac,
         pairs: &[(&str, &str)],
         body: &[u8],
         now: i64,
     ) -> Result<Verified, Rejection> {
-        let map = headers(pairs);
-        p.verify(
-            &SignedRequest {
-                headers: &map,
-                body,
-            },
-            at(now),
-        )
+        verify_request(p, pairs, body, now)
     }
 
     fn verify_hex(p: &GenericHmac, signature: &str) -> Result<Verified, Rejection> {
@@ -571,21 +521,11 @@ mod tests {
     }
 
     fn key(p: &GenericHmac, pairs: &[(&str, &str)], body: &[u8]) -> Result<String, Rejection> {
-        let map = headers(pairs);
-        let request = SignedRequest {
-            headers: &map,
-            body,
-        };
-        p.delivery_id(&request, &payload(body))
+        delivery_id_for(p, pairs, body, &payload(body))
     }
 
     fn event(p: &GenericHmac, pairs: &[(&str, &str)], body: &[u8]) -> Option<String> {
-        let map = headers(pairs);
-        let request = SignedRequest {
-            headers: &map,
-            body,
-        };
-        p.event_type(&request, &payload(body))
+        event_type_for(p, pairs, body, &payload(body))
     }
 
     #[test]
@@ -664,10 +604,7 @@ mod tests {
                 event_type: Some("invoice.paid"),
             })
             .unwrap();
-        let pairs: Vec<(&str, &str)> = signed
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
+        let pairs = pairs(&signed);
         assert_eq!(
             verify_with(&p, &pairs, body, TEMPLATE_TIMESTAMP + 10),
             Ok(Verified { secret_index: 0 })
@@ -761,13 +698,7 @@ mod tests {
         ] {
             let result = verify_hex(&p, signature);
             assert!(
-                matches!(
-                    result,
-                    Err(Rejection::MalformedHeader {
-                        header: "X-Signature",
-                        ..
-                    })
-                ),
+                malformed_in(&result, "X-Signature"),
                 "{signature:?}: {result:?}"
             );
         }
@@ -820,13 +751,7 @@ mod tests {
         for timestamp in ["soon", "-5", "1700000000.5", "99999999999999999999", "12"] {
             let result = verify_template(&p, TEMPLATE_SIGNATURE, timestamp, TEMPLATE_TIMESTAMP);
             assert!(
-                matches!(
-                    result,
-                    Err(Rejection::MalformedHeader {
-                        header: "X-Webhook-Timestamp",
-                        ..
-                    })
-                ),
+                malformed_in(&result, "X-Webhook-Timestamp"),
                 "{timestamp:?}: {result:?}"
             );
         }
@@ -837,13 +762,7 @@ mod tests {
         let p = provider(&[TEMPLATE_SECRET], template_spec());
         let ts = TEMPLATE_TIMESTAMP.to_string();
         let check = |now| verify_template(&p, TEMPLATE_SIGNATURE, &ts, now);
-        assert!(check(TEMPLATE_TIMESTAMP + 300).is_ok());
-        assert!(check(TEMPLATE_TIMESTAMP - 300).is_ok());
-        let stale = Err(Rejection::StaleTimestamp {
-            tolerance_secs: 300,
-        });
-        assert_eq!(check(TEMPLATE_TIMESTAMP + 301), stale);
-        assert_eq!(check(TEMPLATE_TIMESTAMP - 301), stale);
+        assert_tolerated_either_way(check, TEMPLATE_TIMESTAMP, 300);
     }
 
     #[test]
@@ -1081,11 +1000,7 @@ mod tests {
 
     #[test]
     fn the_hmac_table_and_a_usable_secret_are_required() {
-        let no_table = ProviderSpec {
-            secrets: vec![HEX_SECRET.into()],
-            tolerance: None,
-            hmac: None,
-        };
+        let no_table = test_support::spec(&[HEX_SECRET], None);
         assert!(matches!(
             GenericHmac::new(&no_table),
             Err(ProviderConfigError::Invalid(m)) if m.contains("hmac")

@@ -1,5 +1,6 @@
 //! HMAC computation and constant-time verification shared by every scheme.
 
+use crate::secret::Secret;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Sha256, Sha512};
 
@@ -52,6 +53,44 @@ pub fn verify(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], candidate: &[u8
     }
 }
 
+/// Whether any of `candidates` is the HMAC of `parts` under `key`, each
+/// checked as [`verify`] checks it.
+pub fn verify_any(
+    algorithm: Algorithm,
+    key: &[u8],
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> bool {
+    candidates
+        .iter()
+        .any(|candidate| verify(algorithm, key, parts, candidate))
+}
+
+/// The index of the first of `secrets` under which any of `candidates` is the
+/// HMAC of `parts`. The first in configured order wins, so that during a
+/// rotation the index reported is stable whichever secrets the sender uses.
+pub fn matching_secret(
+    algorithm: Algorithm,
+    secrets: &[Secret],
+    parts: &[&[u8]],
+    candidates: &[Vec<u8>],
+) -> Option<usize> {
+    secrets
+        .iter()
+        .position(|secret| verify_any(algorithm, secret.expose(), parts, candidates))
+}
+
+/// A signature sent as hex digits, decoded; `None` if a character is not a
+/// hex digit. An odd number of digits can never be a tag, so it decodes to
+/// nothing, which [`verify`] refuses like any other wrong signature rather
+/// than as a malformed header.
+pub fn hex_candidate(text: &str) -> Option<Vec<u8>> {
+    if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(hex::decode(text).unwrap_or_default())
+}
+
 fn feed<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> M {
     // HMAC accepts keys of any length, so `new_from_slice` cannot fail; the
     // fallback only keeps the request path free of panics.
@@ -94,5 +133,36 @@ mod tests {
         assert!(!verify(Algorithm::Sha256, KEY, &[DATA], &tag[..31]));
         assert!(!verify(Algorithm::Sha256, KEY, &[DATA], &[]));
         assert!(!verify(Algorithm::Sha256, b"other", &[DATA], &tag));
+    }
+
+    #[test]
+    fn the_first_secret_with_any_matching_candidate_is_reported() {
+        let tag = sign(Algorithm::Sha256, KEY, &[DATA]);
+        let secrets = [
+            Secret::new(&b"other"[..]),
+            Secret::new(KEY),
+            Secret::new(KEY),
+        ];
+        let candidates = [vec![0; 32], tag];
+        assert_eq!(
+            matching_secret(Algorithm::Sha256, &secrets, &[DATA], &candidates),
+            Some(1)
+        );
+        assert_eq!(
+            matching_secret(Algorithm::Sha256, &secrets[..1], &[DATA], &candidates),
+            None
+        );
+        assert_eq!(
+            matching_secret(Algorithm::Sha256, &secrets, &[DATA], &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn hex_candidates_refuse_non_hex_and_empty_odd_lengths() {
+        assert_eq!(hex_candidate("0aFf"), Some(vec![0x0a, 0xff]));
+        assert_eq!(hex_candidate("abc"), Some(vec![]));
+        assert_eq!(hex_candidate(""), Some(vec![]));
+        assert_eq!(hex_candidate("0g"), None);
     }
 }

@@ -9,11 +9,15 @@ mod paddle;
 #[cfg(test)]
 mod proptests;
 mod rejection;
+mod secrets;
 mod shopify;
+mod signature_list;
 mod slack;
 mod spec;
 mod standard_webhooks;
 mod stripe;
+#[cfg(test)]
+mod test_support;
 
 pub use github::GitHub;
 pub use hmac::GenericHmac;
@@ -174,6 +178,21 @@ pub(crate) fn header<'a>(
         })
 }
 
+/// A header that must be there.
+pub(crate) fn required_header<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+) -> Result<&'a str, Rejection> {
+    header(headers, name)?.ok_or(Rejection::MissingHeader(name))
+}
+
+/// The value of the header `name`, as a key.
+pub(crate) fn key_in_header(headers: &HeaderMap, name: &'static str) -> Result<String, Rejection> {
+    let key = required_header(headers, name)?;
+    check_key(key)?;
+    Ok(key.to_owned())
+}
+
 /// Checks a signed timestamp against `now`, in both directions. A zero
 /// tolerance disables the check (for replaying recorded fixtures only).
 pub(crate) fn check_timestamp(
@@ -181,16 +200,7 @@ pub(crate) fn check_timestamp(
     now: DateTime<Utc>,
     tolerance: Duration,
 ) -> Result<(), Rejection> {
-    if tolerance.is_zero() {
-        return Ok(());
-    }
-    let skew = now.timestamp().abs_diff(timestamp);
-    if skew > tolerance.as_secs() {
-        return Err(Rejection::StaleTimestamp {
-            tolerance_secs: tolerance.as_secs(),
-        });
-    }
-    Ok(())
+    within_tolerance(now.timestamp().abs_diff(timestamp), tolerance)
 }
 
 /// Checks only that a signed timestamp is not older than the tolerance (the
@@ -200,11 +210,13 @@ pub(crate) fn check_age(
     now: DateTime<Utc>,
     tolerance: Duration,
 ) -> Result<(), Rejection> {
-    if tolerance.is_zero() {
-        return Ok(());
-    }
-    let age = now.timestamp().saturating_sub(timestamp);
-    if age > 0 && age.unsigned_abs() > tolerance.as_secs() {
+    // However far ahead of the clock, a timestamp is not old.
+    let age = now.timestamp().saturating_sub(timestamp).max(0);
+    within_tolerance(age.unsigned_abs(), tolerance)
+}
+
+fn within_tolerance(distance_secs: u64, tolerance: Duration) -> Result<(), Rejection> {
+    if !tolerance.is_zero() && distance_secs > tolerance.as_secs() {
         return Err(Rejection::StaleTimestamp {
             tolerance_secs: tolerance.as_secs(),
         });

@@ -3,11 +3,11 @@
 //! notification destination's secret string as it is (`pdl_ntfset_...`).
 //! The event id and type live in the body.
 
-use super::mac::{self, Algorithm};
-use super::stripe::{Format, parse, verify_any};
+use super::secrets::{generated, parse_each};
+use super::signature_list::Format;
 use super::{
     Provider, ProviderConfigError, ProviderSpec, Rejection, SignError, SignInput, SignedRequest,
-    Verified, check_age, header, key_at, text_at,
+    Verified, check_age, key_at, text_at,
 };
 use crate::secret::Secret;
 use chrono::{DateTime, Utc};
@@ -27,6 +27,7 @@ const FORMAT: Format = Format {
     separator: ';',
     timestamp_key: "ts",
     scheme: "h1",
+    joiner: ":",
     shape: "expected semicolon-separated ts=<unix>;h1=<hex> pairs",
     no_timestamp: "it has no ts= timestamp",
 };
@@ -39,42 +40,22 @@ pub struct Paddle {
 
 impl Paddle {
     pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
-        let tolerance = spec.tolerance_or(DEFAULT_TOLERANCE);
-        if spec.secrets.is_empty() {
-            return Err(ProviderConfigError::NoSecret);
-        }
-        let secrets = spec
-            .secrets
-            .iter()
-            .enumerate()
-            .map(|(index, s)| {
-                Self::parse_secret(s)
-                    .map_err(|reason| ProviderConfigError::MalformedSecret { index, reason })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Paddle { secrets, tolerance })
+        Ok(Paddle {
+            secrets: parse_each(&spec.secrets, Self::parse_secret)?,
+            tolerance: spec.tolerance_or(DEFAULT_TOLERANCE),
+        })
     }
 
     /// The secret string is the key as it is. Its form has changed over time
-    /// (`pdl_ntf_...`, `pdl_ntfset_...`), so only emptiness and stray
-    /// whitespace are refused.
+    /// (`pdl_ntf_...`, `pdl_ntfset_...`), so no prefix is required, only what
+    /// every generated secret is.
     pub fn parse_secret(secret: &str) -> Result<Secret, &'static str> {
-        if secret.is_empty() {
-            return Err("it is empty");
-        }
-        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("it has characters other than visible ASCII");
-        }
-        Ok(Secret::new(secret.as_bytes().to_vec()))
+        generated(secret)
     }
 
     /// The signature of one message, as it appears after `h1=`.
     pub fn signature(key: &Secret, timestamp: &str, body: &[u8]) -> String {
-        hex::encode(mac::sign(
-            Algorithm::Sha256,
-            key.expose(),
-            &[timestamp.as_bytes(), b":", body],
-        ))
+        FORMAT.signature(key, timestamp, body)
     }
 }
 
@@ -88,16 +69,11 @@ impl Provider for Paddle {
         request: &SignedRequest<'_>,
         now: DateTime<Utc>,
     ) -> Result<Verified, Rejection> {
-        let value = header(request.headers, HEADER)?.ok_or(Rejection::MissingHeader(HEADER))?;
-        let parsed = parse(value, &FORMAT)?;
-        let matched = verify_any(
-            &self.secrets,
-            &[parsed.timestamp_text.as_bytes(), b":", request.body],
-            &parsed.candidates,
-        );
-        let secret_index = matched.ok_or(Rejection::InvalidSignature)?;
-        check_age(parsed.timestamp, now, self.tolerance)?;
-        Ok(Verified { secret_index })
+        let matched = FORMAT.verify(&self.secrets, request)?;
+        check_age(matched.timestamp, now, self.tolerance)?;
+        Ok(Verified {
+            secret_index: matched.secret_index,
+        })
     }
 
     fn delivery_id(&self, _: &SignedRequest<'_>, payload: &Value) -> Result<String, Rejection> {
@@ -114,17 +90,16 @@ impl Provider for Paddle {
         let secret = self.secrets.first().ok_or(SignError::NoSecret)?;
         let timestamp = input.timestamp.to_string();
         let signature = Self::signature(secret, &timestamp, input.body);
-        Ok(vec![(
-            HEADER.into(),
-            format!("ts={timestamp};h1={signature}"),
-        )])
+        Ok(vec![(HEADER.into(), FORMAT.value(&timestamp, &signature))])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+    use crate::providers::test_support::{
+        delivery_id_for, event_type_for, malformed_in, pairs, spec, verify_request,
+    };
     use serde_json::json;
 
     // paddle-node-sdk, `src/__tests__/notifications/webhooks-validator.test.ts`
@@ -157,38 +132,8 @@ mod tests {
         Paddle::new(&spec(secrets, None)).unwrap()
     }
 
-    fn spec(secrets: &[&str], tolerance: Option<Duration>) -> ProviderSpec {
-        ProviderSpec {
-            secrets: secrets.iter().map(|s| s.to_string()).collect(),
-            tolerance,
-            hmac: None,
-        }
-    }
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
-
-    fn at(timestamp: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(timestamp, 0).unwrap()
-    }
-
     fn verify_body(p: &Paddle, value: &str, body: &[u8], now: i64) -> Result<Verified, Rejection> {
-        let map = headers(&[(HEADER, value)]);
-        p.verify(
-            &SignedRequest {
-                headers: &map,
-                body,
-            },
-            at(now),
-        )
+        verify_request(p, &[(HEADER, value)], body, now)
     }
 
     fn verify(p: &Paddle, signature: &str, now: i64) -> Result<Verified, Rejection> {
@@ -196,10 +141,7 @@ mod tests {
     }
 
     fn malformed(result: Result<Verified, Rejection>) -> bool {
-        matches!(
-            result,
-            Err(Rejection::MalformedHeader { header: HEADER, .. })
-        )
+        malformed_in(&result, HEADER)
     }
 
     #[test]
@@ -267,13 +209,8 @@ mod tests {
             event_type: None,
         };
         let signed = p.sign(&input).unwrap();
-        let map = headers(&[(signed[0].0.as_str(), signed[0].1.as_str())]);
-        let request = SignedRequest {
-            headers: &map,
-            body,
-        };
         assert_eq!(
-            p.verify(&request, at(1_750_000_000)),
+            verify_request(&p, &pairs(&signed), body, 1_750_000_000),
             Ok(Verified { secret_index: 0 })
         );
     }
@@ -376,13 +313,8 @@ mod tests {
 
     #[test]
     fn a_missing_header_is_reported_by_name() {
-        let map = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
         assert_eq!(
-            provider(&[SECRET]).verify(&request, at(TIMESTAMP)),
+            verify_request(&provider(&[SECRET]), &[], BODY, TIMESTAMP),
             Err(Rejection::MissingHeader(HEADER))
         );
     }
@@ -428,11 +360,7 @@ mod tests {
     #[test]
     fn the_key_is_the_event_id_in_the_body() {
         let p = provider(&[SECRET]);
-        let map = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
+        let key = |payload: &Value| delivery_id_for(&p, &[], BODY, payload);
         let payload = json!({
             "event_id": "evt_01h7ks0e4mqx5wq5xgkdk3kjwk",
             "event_type": "transaction.completed",
@@ -440,12 +368,9 @@ mod tests {
             "notification_id": "ntf_01h7ks0e7v2qc7pg1xcpn14kvh",
             "data": {}
         });
+        assert_eq!(key(&payload).unwrap(), "evt_01h7ks0e4mqx5wq5xgkdk3kjwk");
         assert_eq!(
-            p.delivery_id(&request, &payload).unwrap(),
-            "evt_01h7ks0e4mqx5wq5xgkdk3kjwk"
-        );
-        assert_eq!(
-            p.delivery_id(&request, &json!({"notification_id": "ntf_1"})),
+            key(&json!({"notification_id": "ntf_1"})),
             Err(Rejection::MissingKey("/event_id"))
         );
     }
@@ -453,17 +378,12 @@ mod tests {
     #[test]
     fn the_event_type_is_read_from_the_body() {
         let p = provider(&[SECRET]);
-        let map = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
+        let event = |payload: &Value| event_type_for(&p, &[], BODY, payload);
         assert_eq!(
-            p.event_type(&request, &json!({"event_type": "subscription.created"}))
-                .as_deref(),
+            event(&json!({"event_type": "subscription.created"})).as_deref(),
             Some("subscription.created")
         );
-        assert_eq!(p.event_type(&request, &json!({"type": "x"})), None);
+        assert_eq!(event(&json!({"type": "x"})), None);
     }
 
     #[test]

@@ -3,11 +3,11 @@
 //! `X-Shopify-Webhook-Id` and the topic in `X-Shopify-Topic`. Shopify signs no
 //! timestamp and not the webhook id.
 
-use super::hmac::raw_secrets;
 use super::mac::{self, Algorithm};
+use super::secrets::{parse_each, typed};
 use super::{
     Provider, ProviderConfigError, ProviderSpec, Rejection, SignError, SignInput, SignedRequest,
-    Verified, check_key, header,
+    Verified, header, key_in_header, required_header,
 };
 use crate::secret::Secret;
 use base64::Engine as _;
@@ -30,7 +30,7 @@ pub struct Shopify {
 impl Shopify {
     pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
         Ok(Shopify {
-            secrets: raw_secrets(&spec.secrets)?,
+            secrets: parse_each(&spec.secrets, typed)?,
         })
     }
 
@@ -46,8 +46,7 @@ impl Provider for Shopify {
     }
 
     fn verify(&self, request: &SignedRequest<'_>, _: DateTime<Utc>) -> Result<Verified, Rejection> {
-        let value = header(request.headers, SIGNATURE_HEADER)?
-            .ok_or(Rejection::MissingHeader(SIGNATURE_HEADER))?;
+        let value = required_header(request.headers, SIGNATURE_HEADER)?;
         // Exactly one signature: a comma or a space is not base64 and fails
         // to decode here.
         let candidate = STANDARD
@@ -58,26 +57,18 @@ impl Provider for Shopify {
             })?;
         // Constant-time, and any other length fails, so an empty value or a
         // prefix of the right tag cannot match.
-        let secret_index = self
-            .secrets
-            .iter()
-            .position(|secret| {
-                mac::verify(
-                    Algorithm::Sha256,
-                    secret.expose(),
-                    &[request.body],
-                    &candidate,
-                )
-            })
-            .ok_or(Rejection::InvalidSignature)?;
+        let secret_index = mac::matching_secret(
+            Algorithm::Sha256,
+            &self.secrets,
+            &[request.body],
+            std::slice::from_ref(&candidate),
+        )
+        .ok_or(Rejection::InvalidSignature)?;
         Ok(Verified { secret_index })
     }
 
     fn delivery_id(&self, request: &SignedRequest<'_>, _: &Value) -> Result<String, Rejection> {
-        let id = header(request.headers, WEBHOOK_ID_HEADER)?
-            .ok_or(Rejection::MissingHeader(WEBHOOK_ID_HEADER))?;
-        check_key(id)?;
-        Ok(id.to_owned())
+        key_in_header(request.headers, WEBHOOK_ID_HEADER)
     }
 
     fn event_type(&self, request: &SignedRequest<'_>, _: &Value) -> Option<String> {
@@ -117,7 +108,9 @@ impl Provider for Shopify {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+    use crate::providers::test_support::{
+        delivery_id_for, event_type_for, malformed_in, pairs, spec, verify_request,
+    };
     use serde_json::json;
 
     // Shopify's documentation gives no worked example. This vector is from
@@ -132,31 +125,11 @@ mod tests {
     const WEBHOOK_ID: &str = "123456789";
     const TOPIC: &str = "products/create";
 
+    /// Shopify signs no timestamp, so any clock will do.
+    const NOW: i64 = 1_700_000_000;
+
     fn provider(secrets: &[&str]) -> Shopify {
-        Shopify::new(&spec(secrets)).unwrap()
-    }
-
-    fn spec(secrets: &[&str]) -> ProviderSpec {
-        ProviderSpec {
-            secrets: secrets.iter().map(|s| s.to_string()).collect(),
-            tolerance: None,
-            hmac: None,
-        }
-    }
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
-
-    fn now() -> DateTime<Utc> {
-        DateTime::from_timestamp(1_700_000_000, 0).unwrap()
+        Shopify::new(&spec(secrets, None)).unwrap()
     }
 
     fn verify_with(
@@ -164,14 +137,7 @@ mod tests {
         pairs: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Verified, Rejection> {
-        let map = headers(pairs);
-        p.verify(
-            &SignedRequest {
-                headers: &map,
-                body,
-            },
-            now(),
-        )
+        verify_request(p, pairs, body, NOW)
     }
 
     fn verify(p: &Shopify, signature: &str) -> Result<Verified, Rejection> {
@@ -229,22 +195,20 @@ mod tests {
             event_type: Some("orders/paid"),
         };
         let signed = p.sign(&input).unwrap();
-        let pairs: Vec<(&str, &str)> = signed
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
-        let map = headers(&pairs);
-        let request = SignedRequest {
-            headers: &map,
-            body,
-        };
+        let pairs = pairs(&signed);
         let payload: Value = serde_json::from_slice(body).unwrap();
-        assert_eq!(p.verify(&request, now()), Ok(Verified { secret_index: 0 }));
         assert_eq!(
-            p.delivery_id(&request, &payload),
+            verify_with(&p, &pairs, body),
+            Ok(Verified { secret_index: 0 })
+        );
+        assert_eq!(
+            delivery_id_for(&p, &pairs, body, &payload),
             Ok(input.delivery_id.into())
         );
-        assert_eq!(p.event_type(&request, &payload), Some("orders/paid".into()));
+        assert_eq!(
+            event_type_for(&p, &pairs, body, &payload),
+            Some("orders/paid".into())
+        );
     }
 
     #[test]
@@ -313,13 +277,7 @@ mod tests {
         ] {
             let result = verify(&p, signature);
             assert!(
-                matches!(
-                    result,
-                    Err(Rejection::MalformedHeader {
-                        header: "X-Shopify-Hmac-Sha256",
-                        ..
-                    })
-                ),
+                malformed_in(&result, "X-Shopify-Hmac-Sha256"),
                 "{signature:?}: {result:?}"
             );
         }
@@ -337,34 +295,28 @@ mod tests {
     #[test]
     fn the_webhook_id_is_the_key_and_is_not_signed() {
         let p = provider(&[SECRET]);
-        let map = headers(&[("x-shopify-webhook-id", WEBHOOK_ID)]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
-        assert_eq!(p.delivery_id(&request, &json!({})), Ok(WEBHOOK_ID.into()));
+        assert_eq!(
+            delivery_id_for(
+                &p,
+                &[("x-shopify-webhook-id", WEBHOOK_ID)],
+                BODY,
+                &json!({})
+            ),
+            Ok(WEBHOOK_ID.into())
+        );
         assert!(!p.delivery_id_is_signed());
     }
 
     #[test]
     fn a_missing_or_invalid_webhook_id_is_refused() {
         let p = provider(&[SECRET]);
-        let empty = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &empty,
-            body: BODY,
-        };
+        let key = |pairs: &[(&str, &str)]| delivery_id_for(&p, pairs, BODY, &json!({}));
         assert_eq!(
-            p.delivery_id(&request, &json!({})),
+            key(&[]),
             Err(Rejection::MissingHeader("X-Shopify-Webhook-Id"))
         );
-        let map = headers(&[("x-shopify-webhook-id", "")]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
         assert!(matches!(
-            p.delivery_id(&request, &json!({})),
+            key(&[("x-shopify-webhook-id", "")]),
             Err(Rejection::InvalidKey(_))
         ));
     }
@@ -372,28 +324,19 @@ mod tests {
     #[test]
     fn the_event_type_is_the_topic_header() {
         let p = provider(&[SECRET]);
-        let map = headers(&[("x-shopify-topic", TOPIC)]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
-        assert_eq!(p.event_type(&request, &json!({})), Some(TOPIC.into()));
-        let none = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &none,
-            body: BODY,
-        };
-        assert_eq!(p.event_type(&request, &json!({})), None);
+        let event = |pairs: &[(&str, &str)]| event_type_for(&p, pairs, BODY, &json!({}));
+        assert_eq!(event(&[("x-shopify-topic", TOPIC)]), Some(TOPIC.into()));
+        assert_eq!(event(&[]), None);
     }
 
     #[test]
     fn empty_secrets_are_refused_at_configuration() {
         assert_eq!(
-            Shopify::new(&spec(&[])).unwrap_err(),
+            Shopify::new(&spec(&[], None)).unwrap_err(),
             ProviderConfigError::NoSecret
         );
         assert!(matches!(
-            Shopify::new(&spec(&[""])),
+            Shopify::new(&spec(&[""], None)),
             Err(ProviderConfigError::MalformedSecret { index: 0, .. })
         ));
     }

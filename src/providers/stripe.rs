@@ -3,10 +3,11 @@
 //! `whsec_...` string as it is (not base64-decoded, unlike Standard
 //! Webhooks). The event id (`evt_...`) and type live in the body.
 
-use super::mac::{self, Algorithm};
+use super::secrets::{generated, parse_each};
+use super::signature_list::Format;
 use super::{
     Provider, ProviderConfigError, ProviderSpec, Rejection, SignError, SignInput, SignedRequest,
-    Verified, check_age, header, key_at, parse_timestamp, text_at,
+    Verified, check_age, key_at, text_at,
 };
 use crate::secret::Secret;
 use chrono::{DateTime, Utc};
@@ -24,6 +25,7 @@ const FORMAT: Format = Format {
     separator: ',',
     timestamp_key: "t",
     scheme: "v1",
+    joiner: ".",
     shape: "expected comma-separated t=<unix>,v1=<hex> pairs",
     no_timestamp: "it has no t= timestamp",
 };
@@ -36,20 +38,10 @@ pub struct Stripe {
 
 impl Stripe {
     pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
-        let tolerance = spec.tolerance_or(DEFAULT_TOLERANCE);
-        if spec.secrets.is_empty() {
-            return Err(ProviderConfigError::NoSecret);
-        }
-        let secrets = spec
-            .secrets
-            .iter()
-            .enumerate()
-            .map(|(index, s)| {
-                Self::parse_secret(s)
-                    .map_err(|reason| ProviderConfigError::MalformedSecret { index, reason })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Stripe { secrets, tolerance })
+        Ok(Stripe {
+            secrets: parse_each(&spec.secrets, Self::parse_secret)?,
+            tolerance: spec.tolerance_or(DEFAULT_TOLERANCE),
+        })
     }
 
     /// `whsec_` followed by the rest of the secret; the whole string, prefix
@@ -61,19 +53,12 @@ impl Stripe {
         if rest.is_empty() {
             return Err("nothing follows whsec_");
         }
-        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("it has characters other than visible ASCII");
-        }
-        Ok(Secret::new(secret.as_bytes().to_vec()))
+        generated(secret)
     }
 
     /// The signature of one message, as it appears after `v1=`.
     pub fn signature(key: &Secret, timestamp: &str, body: &[u8]) -> String {
-        hex::encode(mac::sign(
-            Algorithm::Sha256,
-            key.expose(),
-            &[timestamp.as_bytes(), b".", body],
-        ))
+        FORMAT.signature(key, timestamp, body)
     }
 }
 
@@ -87,16 +72,11 @@ impl Provider for Stripe {
         request: &SignedRequest<'_>,
         now: DateTime<Utc>,
     ) -> Result<Verified, Rejection> {
-        let value = header(request.headers, HEADER)?.ok_or(Rejection::MissingHeader(HEADER))?;
-        let parsed = parse(value, &FORMAT)?;
-        let matched = verify_any(
-            &self.secrets,
-            &[parsed.timestamp_text.as_bytes(), b".", request.body],
-            &parsed.candidates,
-        );
-        let secret_index = matched.ok_or(Rejection::InvalidSignature)?;
-        check_age(parsed.timestamp, now, self.tolerance)?;
-        Ok(Verified { secret_index })
+        let matched = FORMAT.verify(&self.secrets, request)?;
+        check_age(matched.timestamp, now, self.tolerance)?;
+        Ok(Verified {
+            secret_index: matched.secret_index,
+        })
     }
 
     fn delivery_id(&self, _: &SignedRequest<'_>, payload: &Value) -> Result<String, Rejection> {
@@ -113,98 +93,17 @@ impl Provider for Stripe {
         let secret = self.secrets.first().ok_or(SignError::NoSecret)?;
         let timestamp = input.timestamp.to_string();
         let signature = Self::signature(secret, &timestamp, input.body);
-        Ok(vec![(
-            HEADER.into(),
-            format!("t={timestamp},v1={signature}"),
-        )])
+        Ok(vec![(HEADER.into(), FORMAT.value(&timestamp, &signature))])
     }
-}
-
-/// The most signatures one header may carry. Each is checked against every
-/// secret with an HMAC of the whole body, so an unbounded list would let a
-/// sender multiply the work of a single delivery.
-pub(super) const MAX_SIGNATURES: usize = 16;
-
-/// A header of `key=value` pairs carrying one timestamp and any number of
-/// signatures under one scheme (Stripe's and Paddle's).
-pub(super) struct Format {
-    pub header: &'static str,
-    pub separator: char,
-    pub timestamp_key: &'static str,
-    /// The one scheme checked; any other key is ignored.
-    pub scheme: &'static str,
-    /// The reason given when a pair has no `=`.
-    pub shape: &'static str,
-    /// The reason given when there is no timestamp.
-    pub no_timestamp: &'static str,
-}
-
-pub(super) struct Parsed<'a> {
-    /// The timestamp exactly as sent, which is what is signed.
-    pub timestamp_text: &'a str,
-    pub timestamp: i64,
-    /// The decoded signatures under the expected scheme. An odd number of hex
-    /// digits can never be a tag, so it decodes to nothing, which never matches.
-    pub candidates: Vec<Vec<u8>>,
-}
-
-/// Parses a header of `format`. Any pair without `=` (including an empty one,
-/// as in `,,`), a missing or repeated timestamp, an implausible timestamp, or
-/// a signature with a non-hex character is malformed; an empty signature is
-/// merely one that cannot match.
-pub(super) fn parse<'a>(value: &'a str, format: &Format) -> Result<Parsed<'a>, Rejection> {
-    let malformed = |reason| Rejection::MalformedHeader {
-        header: format.header,
-        reason,
-    };
-    let mut timestamp_text = None;
-    let mut candidates = Vec::new();
-    for pair in value.split(format.separator) {
-        let Some((key, text)) = pair.split_once('=') else {
-            return Err(malformed(format.shape));
-        };
-        if key == format.timestamp_key {
-            if timestamp_text.replace(text).is_some() {
-                return Err(malformed("the timestamp is given more than once"));
-            }
-        } else if key == format.scheme {
-            if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(malformed("a signature is not hex"));
-            }
-            if candidates.len() == MAX_SIGNATURES {
-                return Err(malformed("it carries more than 16 signatures"));
-            }
-            candidates.push(hex::decode(text).unwrap_or_default());
-        }
-    }
-    let timestamp_text = timestamp_text.ok_or_else(|| malformed(format.no_timestamp))?;
-    let timestamp = parse_timestamp(timestamp_text, format.header)?;
-    Ok(Parsed {
-        timestamp_text,
-        timestamp,
-        candidates,
-    })
-}
-
-/// The index of the first secret under which any candidate is the tag of
-/// `parts`. Constant-time per comparison, and any other length (empty,
-/// truncated, a prefix) fails.
-pub(super) fn verify_any(
-    secrets: &[Secret],
-    parts: &[&[u8]],
-    candidates: &[Vec<u8>],
-) -> Option<usize> {
-    secrets.iter().position(|secret| {
-        candidates
-            .iter()
-            .any(|candidate| mac::verify(Algorithm::Sha256, secret.expose(), parts, candidate))
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+    use crate::providers::signature_list::MAX_SIGNATURES;
+    use crate::providers::test_support::{
+        delivery_id_for, event_type_for, malformed_in, pairs, spec, verify_request,
+    };
     use serde_json::json;
 
     // Stripe publishes no fixed vector: its documentation shows a header
@@ -227,38 +126,8 @@ mod tests {
         Stripe::new(&spec(secrets, None)).unwrap()
     }
 
-    fn spec(secrets: &[&str], tolerance: Option<Duration>) -> ProviderSpec {
-        ProviderSpec {
-            secrets: secrets.iter().map(|s| s.to_string()).collect(),
-            tolerance,
-            hmac: None,
-        }
-    }
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
-
-    fn at(timestamp: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(timestamp, 0).unwrap()
-    }
-
     fn verify_header(p: &Stripe, value: &str, now: i64) -> Result<Verified, Rejection> {
-        let map = headers(&[(HEADER, value)]);
-        p.verify(
-            &SignedRequest {
-                headers: &map,
-                body: BODY,
-            },
-            at(now),
-        )
+        verify_request(p, &[(HEADER, value)], BODY, now)
     }
 
     fn verify(p: &Stripe, signature: &str, now: i64) -> Result<Verified, Rejection> {
@@ -266,10 +135,7 @@ mod tests {
     }
 
     fn malformed(result: Result<Verified, Rejection>) -> bool {
-        matches!(
-            result,
-            Err(Rejection::MalformedHeader { header: HEADER, .. })
-        )
+        malformed_in(&result, HEADER)
     }
 
     #[test]
@@ -305,13 +171,8 @@ mod tests {
             event_type: Some("invoice.paid"),
         };
         let signed = p.sign(&input).unwrap();
-        let map = headers(&[(signed[0].0.as_str(), signed[0].1.as_str())]);
-        let request = SignedRequest {
-            headers: &map,
-            body,
-        };
         assert_eq!(
-            p.verify(&request, at(1_750_000_000)),
+            verify_request(&p, &pairs(&signed), body, 1_750_000_000),
             Ok(Verified { secret_index: 0 })
         );
     }
@@ -365,13 +226,10 @@ mod tests {
 
     #[test]
     fn a_changed_body_fails() {
-        let map = headers(&[(HEADER, &format!("t={TIMESTAMP},v1={SIGNATURE}"))]);
-        let request = SignedRequest {
-            headers: &map,
-            body: br#"{"id":"evt_test_webhook","object":"event","type":"payment_intent.failed"}"#,
-        };
+        let value = format!("t={TIMESTAMP},v1={SIGNATURE}");
+        let body = br#"{"id":"evt_test_webhook","object":"event","type":"payment_intent.failed"}"#;
         assert_eq!(
-            provider(&[SECRET]).verify(&request, at(TIMESTAMP)),
+            verify_request(&provider(&[SECRET]), &[(HEADER, &value)], body, TIMESTAMP),
             Err(Rejection::InvalidSignature)
         );
     }
@@ -429,25 +287,17 @@ mod tests {
 
     #[test]
     fn a_missing_header_is_reported_by_name() {
-        let map = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
         assert_eq!(
-            provider(&[SECRET]).verify(&request, at(TIMESTAMP)),
+            verify_request(&provider(&[SECRET]), &[], BODY, TIMESTAMP),
             Err(Rejection::MissingHeader(HEADER))
         );
     }
 
     #[test]
     fn the_header_name_is_case_insensitive() {
-        let map = headers(&[("stripe-signature", &format!("t={TIMESTAMP},v1={SIGNATURE}"))]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
-        assert!(provider(&[SECRET]).verify(&request, at(TIMESTAMP)).is_ok());
+        let value = format!("t={TIMESTAMP},v1={SIGNATURE}");
+        let pairs = [("stripe-signature", value.as_str())];
+        assert!(verify_request(&provider(&[SECRET]), &pairs, BODY, TIMESTAMP).is_ok());
     }
 
     #[test]
@@ -478,14 +328,13 @@ mod tests {
     #[test]
     fn a_header_sent_twice_is_malformed() {
         let value = format!("t={TIMESTAMP},v1={SIGNATURE}");
-        let map = headers(&[(HEADER, &value), (HEADER, &value)]);
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
-        assert!(malformed(
-            provider(&[SECRET]).verify(&request, at(TIMESTAMP))
-        ));
+        let pairs = [(HEADER, value.as_str()), (HEADER, value.as_str())];
+        assert!(malformed(verify_request(
+            &provider(&[SECRET]),
+            &pairs,
+            BODY,
+            TIMESTAMP
+        )));
     }
 
     #[test]
@@ -507,22 +356,15 @@ mod tests {
     #[test]
     fn the_key_is_the_event_id_in_the_body() {
         let p = provider(&[SECRET]);
-        let map = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
+        let key = |payload: &Value| delivery_id_for(&p, &[], BODY, payload);
         let payload: Value = serde_json::from_slice(BODY).unwrap();
+        assert_eq!(key(&payload).unwrap(), "evt_test_webhook");
         assert_eq!(
-            p.delivery_id(&request, &payload).unwrap(),
-            "evt_test_webhook"
-        );
-        assert_eq!(
-            p.delivery_id(&request, &json!({"type": "invoice.paid"})),
+            key(&json!({"type": "invoice.paid"})),
             Err(Rejection::MissingKey("/id"))
         );
         assert_eq!(
-            p.delivery_id(&request, &json!({"id": ""})),
+            key(&json!({"id": ""})),
             Err(Rejection::InvalidKey("it is empty"))
         );
     }
@@ -530,17 +372,10 @@ mod tests {
     #[test]
     fn the_event_type_is_read_from_the_body() {
         let p = provider(&[SECRET]);
-        let map = HeaderMap::new();
-        let request = SignedRequest {
-            headers: &map,
-            body: BODY,
-        };
+        let event = |payload: &Value| event_type_for(&p, &[], BODY, payload);
         let payload: Value = serde_json::from_slice(BODY).unwrap();
-        assert_eq!(
-            p.event_type(&request, &payload).as_deref(),
-            Some("payment_intent.succeeded")
-        );
-        assert_eq!(p.event_type(&request, &json!({"id": "evt_1"})), None);
+        assert_eq!(event(&payload).as_deref(), Some("payment_intent.succeeded"));
+        assert_eq!(event(&json!({"id": "evt_1"})), None);
     }
 
     #[test]

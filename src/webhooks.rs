@@ -167,6 +167,7 @@ fn verify(
         scope: endpoint.name.clone(),
         key: delivery_id.clone(),
         body_key: (!endpoint.provider.delivery_id_is_signed()).then(|| fingerprint.clone()),
+        retention: None,
         fingerprint,
         event_type: event_type.clone(),
     };

@@ -195,6 +195,7 @@ where
                     fingerprint: fingerprint(&method, &route, &body),
                     event_type: None,
                     body_key: None,
+                    retention: None,
                 })
                 .await;
             match claim {

@@ -33,6 +33,9 @@ pub struct ClaimRequest {
     /// (the body hash of a GitHub or Shopify delivery): a request that
     /// matches an earlier one's body key is a repeat of that one.
     pub body_key: Option<String>,
+    /// This scope's retention, where it differs from the engine's default
+    /// (an endpoint with `retention = ...`).
+    pub retention: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -292,7 +295,8 @@ impl Engine {
         if row.status == crate::store::COMPLETED {
             // Past the retention the key is forgotten, whatever it was used
             // for: the docs promise that a repeat then runs again.
-            if row.received_at + to_delta(self.inner.options.retention) <= now {
+            let retention = request.retention.unwrap_or(self.inner.options.retention);
+            if row.received_at + to_delta(retention) <= now {
                 return Ok(Verdict::Expired);
             }
             if row.request_hash != request.fingerprint {

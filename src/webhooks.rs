@@ -168,6 +168,7 @@ fn verify(
         key: delivery_id.clone(),
         body_key: (!endpoint.provider.delivery_id_is_signed()).then(|| fingerprint.clone()),
         retention: None,
+        payload: Some(body.clone()),
         fingerprint,
         event_type: event_type.clone(),
     };

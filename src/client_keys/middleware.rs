@@ -196,6 +196,7 @@ where
                     event_type: None,
                     body_key: None,
                     retention: None,
+                    payload: None,
                 })
                 .await;
             match claim {

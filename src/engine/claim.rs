@@ -1,6 +1,6 @@
-use super::EngineError;
-use crate::store::{Claimed, DbConn, StoredResponse, Transaction};
-use chrono::Utc;
+use super::{EngineError, OperationError};
+use crate::store::{Claimed, DbConn, Store, StoredResponse, Transaction};
+use chrono::{TimeDelta, Utc};
 use std::time::Duration;
 
 /// What a request for a key gets from [`super::Engine::claim`].
@@ -22,13 +22,40 @@ pub enum Claim {
 /// pool, so the database rolls everything back and the key is free again.
 pub struct Pending {
     tx: Transaction,
+    lease: Lease,
+}
+
+/// A claim without an open transaction: committed `in_progress` under a
+/// lease that only its owner may complete, renew or release.
+pub struct Lease {
+    store: Store,
     scope: String,
     claimed: Claimed,
 }
 
 impl Pending {
-    pub(super) fn new(tx: Transaction, scope: String, claimed: Claimed) -> Pending {
-        Pending { tx, scope, claimed }
+    pub(super) fn new(tx: Transaction, store: Store, scope: String, claimed: Claimed) -> Pending {
+        Pending {
+            tx,
+            lease: Lease {
+                store,
+                scope,
+                claimed,
+            },
+        }
+    }
+
+    /// Commits the claim alone, so that its lease is visible to every other
+    /// attempt while work outside the database runs.
+    pub async fn commit_claim(self) -> Result<Lease, EngineError> {
+        self.tx.commit().await?;
+        Ok(self.lease)
+    }
+
+    /// Rolls back this transaction's writes but keeps a committed claim.
+    pub async fn into_lease(self) -> Lease {
+        end(self.tx).await;
+        self.lease
     }
 
     /// The claim's transaction: the operation's writes go through it.
@@ -37,7 +64,7 @@ impl Pending {
     }
 
     pub fn claimed(&self) -> &Claimed {
-        &self.claimed
+        &self.lease.claimed
     }
 
     /// Stores `response` as the key's answer and commits, fenced by the lease:
@@ -48,9 +75,9 @@ impl Pending {
             .tx
             .conn()
             .complete_delivery(
-                &self.scope,
-                &self.claimed.delivery_id,
-                &self.claimed.lease_owner,
+                &self.lease.scope,
+                &self.lease.claimed.delivery_id,
+                &self.lease.claimed.lease_owner,
                 response,
                 Utc::now().naive_utc(),
             )
@@ -72,6 +99,95 @@ impl Pending {
     /// free, and the next attempt runs the operation again.
     pub async fn release(self) {
         end(self.tx).await;
+    }
+}
+
+impl Lease {
+    pub fn claimed(&self) -> &Claimed {
+        &self.claimed
+    }
+
+    /// A new transaction under this lease, for the writes that complete it.
+    pub async fn begin(self) -> Result<Pending, EngineError> {
+        let tx = self.store.begin().await?;
+        Ok(Pending { tx, lease: self })
+    }
+
+    /// Renews the lease every third of its length until the returned task is
+    /// aborted, or until a renewal finds the claim taken over.
+    pub fn keep_alive(&self, lease: Duration) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        let scope = self.scope.clone();
+        let claimed = self.claimed.clone();
+        let length = TimeDelta::from_std(lease).unwrap_or(TimeDelta::seconds(60));
+        tokio::spawn(async move {
+            let every = (lease / 3).max(Duration::from_millis(100));
+            loop {
+                tokio::time::sleep(every).await;
+                let until = Utc::now().naive_utc() + length;
+                let renewed = match store.conn().await {
+                    Ok(mut conn) => {
+                        conn.renew_lease(&scope, &claimed.delivery_id, &claimed.lease_owner, until)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match renewed {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(delivery_id = %claimed.delivery_id, "lease lost while working");
+                        return;
+                    }
+                    // A blip: the next renewal may succeed before the lease ends.
+                    Err(error) => tracing::warn!(%error, "could not renew a lease"),
+                }
+            }
+        })
+    }
+
+    /// Ends the claim after its work failed: a final refusal is stored as the
+    /// key's answer; anything else releases the key for the next attempt and
+    /// records why in the key's history.
+    pub async fn fail(self, error: OperationError) -> EngineError {
+        let (failure, detail) = match error {
+            OperationError::Rejected(response) => {
+                let result = match self.begin().await {
+                    Ok(pending) => pending.complete(&response).await,
+                    Err(e) => Err(e),
+                };
+                return match result {
+                    Ok(()) => EngineError::Rejected(response),
+                    Err(e) => e,
+                };
+            }
+            OperationError::Store(e) => {
+                let detail = e.to_string();
+                (EngineError::Store(e), detail)
+            }
+            OperationError::Failed(e) => {
+                let detail = e.to_string();
+                (EngineError::Operation(e), detail)
+            }
+        };
+        if let Err(error) = self.release(Some(&detail)).await {
+            tracing::warn!(%error, "could not release a failed claim; it will expire");
+        }
+        failure
+    }
+
+    /// Deletes the claim (fenced by its owner), so the key is free again.
+    pub async fn release(self, reason: Option<&str>) -> Result<(), EngineError> {
+        let mut tx = self.store.begin().await?;
+        let conn = tx.conn();
+        let released = conn
+            .release_claim(&self.scope, &self.claimed.delivery_id, &self.claimed.lease_owner)
+            .await?;
+        if released {
+            conn.record_history(&self.scope, &self.claimed.delivery_id, "released", None, reason)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 }
 

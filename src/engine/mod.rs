@@ -10,7 +10,7 @@
 mod claim;
 mod outcome;
 
-pub use claim::{Claim, Pending};
+pub use claim::{Claim, Lease, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
 
 use crate::store::{Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse};
@@ -36,6 +36,9 @@ pub struct ClaimRequest {
     /// This scope's retention, where it differs from the engine's default
     /// (an endpoint with `retention = ...`).
     pub retention: Option<Duration>,
+    /// The verified request, stored with the key so that a claim abandoned
+    /// mid-way can be reconciled and an operator can reprocess it.
+    pub payload: Option<bytes::Bytes>,
 }
 
 #[derive(Debug, Clone)]
@@ -138,6 +141,9 @@ impl Engine {
             let result = match &rejection {
                 // A final refusal found by an earlier pass: store it alone.
                 Some(response) => Ok(response.clone()),
+                None if operation.has_external_effects() => {
+                    return self.process_leased(pending, operation).await;
+                }
                 None => {
                     let claimed = pending.claimed().clone();
                     operation.run(pending.conn(), &claimed).await
@@ -163,6 +169,45 @@ impl Engine {
                     return Err(EngineError::Operation(e));
                 }
             }
+        }
+    }
+
+    /// The two-phase path of an operation with effects outside the database:
+    /// the claim is committed first, so that its lease is visible to every
+    /// other instance; the outside work runs while the lease is renewed; then
+    /// the database writes and the completion commit together, fenced by the
+    /// lease. A crash in between leaves a claim that expires and is
+    /// reconciled (see `maintenance::reconcile`) or taken over by a retry.
+    async fn process_leased(
+        &self,
+        pending: Pending,
+        operation: &dyn Operation,
+    ) -> Result<Outcome, EngineError> {
+        let lease = pending.commit_claim().await?;
+        let renewal = lease.keep_alive(self.inner.options.lease);
+        let result = async {
+            if let Err(error) = operation.run_external(lease.claimed()).await {
+                return Err((lease, error));
+            }
+            let mut pending = match lease.begin().await {
+                Ok(pending) => pending,
+                Err(e) => return Ok(Err(e)),
+            };
+            let claimed = pending.claimed().clone();
+            match operation.run(pending.conn(), &claimed).await {
+                Ok(response) => Ok(pending.complete(&response).await.map(|()| response)),
+                Err(error) => Err((pending.into_lease().await, error)),
+            }
+        }
+        .await;
+        renewal.abort();
+        match result {
+            Ok(Ok(response)) => Ok(Outcome::Processed(response)),
+            Ok(Err(error)) => Err(error),
+            Err((lease, error)) => match lease.fail(error).await {
+                EngineError::Rejected(response) => Ok(Outcome::Processed(response)),
+                other => Err(other),
+            },
         }
     }
 
@@ -210,6 +255,7 @@ impl Engine {
                 }
                 Ok(Ok(Claim::Fresh(Pending::new(
                     tx,
+                    self.store().clone(),
                     request.scope.clone(),
                     claimed,
                 ))))
@@ -249,6 +295,7 @@ impl Engine {
             lease_expires_at: Some(now + to_delta(self.inner.options.lease)),
             received_at: now,
             body_key: request.body_key.as_deref(),
+            request_body: request.payload.as_deref(),
         };
         let fresh = |taken_over, attempt, delivery_id: &str| Claimed {
             delivery_id: delivery_id.to_owned(),

@@ -11,6 +11,20 @@ pub trait Operation {
         conn: &mut DbConn,
         claim: &Claimed,
     ) -> Result<StoredResponse, OperationError>;
+
+    /// Whether part of the work leaves the database (an HTTP call to another
+    /// system). Such work cannot roll back, so it runs under a committed,
+    /// renewed lease before [`Operation::run`] (see `Engine::process`).
+    fn has_external_effects(&self) -> bool {
+        false
+    }
+
+    /// The work outside the database, done before [`Operation::run`] with the
+    /// claim committed. It must use the key as the downstream's idempotency
+    /// key, so that doing it again after a crash is harmless.
+    async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
+        Ok(())
+    }
 }
 
 /// How an [`Operation`] can end other than with a response to store.
@@ -53,6 +67,10 @@ pub enum EngineError {
     /// this one could complete; this attempt's effects were rolled back.
     #[error("the claim's lease was taken over before it could complete")]
     LeaseLost,
+    /// A two-phase operation gave a final refusal, now stored as the key's
+    /// answer.
+    #[error("the operation rejected the request with status {}", .0.status)]
+    Rejected(StoredResponse),
     #[error("the stored key is inconsistent: {0}")]
     Corrupt(&'static str),
 }

@@ -26,6 +26,8 @@ pub struct NewClaim<'a> {
     /// Set only for deliveries whose id is not signed: the body hash, unique
     /// per endpoint, so a replayed body under a fresh id finds this row.
     pub body_key: Option<&'a str>,
+    /// The verified request body, kept for reconciliation and reprocessing.
+    pub request_body: Option<&'a [u8]>,
 }
 
 /// A row as the engine needs it to decide what a repeat gets.
@@ -182,6 +184,7 @@ impl DbConn {
                     dsl::lease_expires_at.eq(claim.lease_expires_at),
                     dsl::received_at.eq(claim.received_at),
                     dsl::body_key.eq(claim.body_key),
+                    dsl::request_body.eq(claim.request_body),
                     dsl::completed_at.eq(None::<NaiveDateTime>),
                     dsl::response_status.eq(None::<i32>),
                     dsl::response_content_type.eq(None::<String>),
@@ -223,5 +226,80 @@ impl DbConn {
                 .await
         })?;
         Ok(updated == 1)
+    }
+}
+
+impl DbConn {
+    /// Extends a claim's lease, fenced by its owner: false once the claim was
+    /// taken over (or completed), and then its owner must stop.
+    pub async fn renew_lease(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        lease_owner: &str,
+        until: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::status.eq(IN_PROGRESS))
+                .filter(dsl::lease_owner.eq(lease_owner))
+                .set(dsl::lease_expires_at.eq(until))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Deletes a committed claim that its owner gives up, fenced by the owner,
+    /// so that the next attempt claims the key afresh.
+    pub async fn release_claim(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        lease_owner: &str,
+    ) -> Result<bool, StoreError> {
+        let deleted = with_conn!(self, |c| {
+            diesel::delete(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::status.eq(IN_PROGRESS))
+                .filter(dsl::lease_owner.eq(lease_owner))
+                .execute(c)
+                .await
+        })?;
+        Ok(deleted == 1)
+    }
+
+    /// Claims left `in_progress` past their lease, oldest first.
+    pub async fn stale_claims(
+        &mut self,
+        now: NaiveDateTime,
+        limit: i64,
+    ) -> Result<Vec<DeliveryRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            deliveries::table
+                .filter(dsl::status.eq(IN_PROGRESS))
+                .filter(dsl::lease_expires_at.le(now))
+                .order(dsl::received_at.asc())
+                .limit(limit)
+                .select(DeliveryRow::as_select())
+                .load(c)
+                .await
+        })?)
+    }
+
+    /// The verified body a delivery was claimed with.
+    pub async fn request_body(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let body: Option<Option<Vec<u8>>> = with_conn!(self, |c| {
+            deliveries::table
+                .find((endpoint, delivery_id))
+                .select(dsl::request_body)
+                .first(c)
+                .await
+                .optional()
+        })?;
+        Ok(body.flatten())
     }
 }

@@ -18,6 +18,7 @@ diesel::table! {
         completed_at -> Nullable<Timestamp>,
         body_key -> Nullable<Text>,
         response_location -> Nullable<Text>,
+        request_body -> Nullable<Binary>,
     }
 }
 
@@ -58,4 +59,22 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(deliveries, events, ledger_entries, payments);
+diesel::table! {
+    delivery_history (id) {
+        id -> BigInt,
+        endpoint -> Text,
+        delivery_id -> Text,
+        at -> Timestamp,
+        kind -> Text,
+        actor -> Nullable<Text>,
+        detail -> Nullable<Text>,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    deliveries,
+    delivery_history,
+    events,
+    ledger_entries,
+    payments
+);

@@ -77,6 +77,7 @@ async fn leave_claim(app: &TestApp, id: &str, body: &[u8], lease_end: chrono::Na
             lease_expires_at: Some(lease_end),
             received_at: chrono::Utc::now().naive_utc() - chrono::TimeDelta::minutes(5),
             body_key: None,
+            request_body: Some(body),
         })
         .await
         .unwrap();

@@ -50,6 +50,26 @@ pub struct Settings {
     pub workers: Option<usize>,
     pub endpoints: Vec<EndpointSettings>,
     pub idempotency: IdempotencySettings,
+    /// `[forwarders.NAME]`: `forward` handlers, usable in `handlers = [...]`.
+    pub forwarders: Vec<ForwarderSettings>,
+    /// How often claims abandoned past their lease are reconciled ("0": never).
+    pub reconcile_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ForwarderSettings {
+    pub name: String,
+    pub url: String,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawForwarder {
+    url: String,
+    timeout: Option<String>,
+    retries: Option<u32>,
 }
 
 /// `[idempotency]`: how client routes treat `Idempotency-Key`.
@@ -100,6 +120,9 @@ struct RawSettings {
     endpoints: BTreeMap<String, RawEndpoint>,
     #[serde(default)]
     idempotency: RawIdempotency,
+    #[serde(default)]
+    forwarders: BTreeMap<String, RawForwarder>,
+    reconcile_interval: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -285,8 +308,28 @@ impl Settings {
                 .unwrap_or(crate::client_keys::DEFAULT_MAX_BODY),
         };
 
+        let mut forwarders = Vec::new();
+        for (name, forwarder) in &raw.forwarders {
+            let key = |field: &str| format!("forwarders.{name}.{field}");
+            if !(forwarder.url.starts_with("http://") || forwarder.url.starts_with("https://")) {
+                return Err(invalid(&key("url"), "expected an http:// or https:// URL".into()));
+            }
+            forwarders.push(ForwarderSettings {
+                name: name.clone(),
+                url: forwarder.url.clone(),
+                timeout: duration(&key("timeout"), forwarder.timeout.as_ref(), Duration::from_secs(10))?,
+                retries: forwarder.retries.unwrap_or(2),
+            });
+        }
+
         Ok(Settings {
             idempotency,
+            forwarders,
+            reconcile_interval: duration(
+                "reconcile_interval",
+                raw.reconcile_interval.as_ref(),
+                Duration::from_secs(60),
+            )?,
             source: file.to_owned(),
             listen,
             database,

@@ -5,7 +5,7 @@ use idempotent_receiver::handlers::Registry;
 use idempotent_receiver::providers::{self, Provider, ProviderSpec};
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::telemetry::{self, LogFormat};
-use idempotent_receiver::{client, fixtures, store::Store};
+use idempotent_receiver::{client, fixtures, maintenance, store::Store};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -46,6 +46,22 @@ enum Command {
     },
     /// Print the exact headers a provider would send for a body (or a curl command, or a fixture).
     Sign(SignArgs),
+    /// Find claims abandoned past their lease, ask their handlers what happened, complete or release them.
+    Reconcile {
+        /// How many abandoned claims to examine at most.
+        #[arg(long, default_value_t = 1000)]
+        limit: i64,
+    },
+    /// Run a stored delivery's handlers again (after a bug fix); recorded in its history.
+    Reprocess {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        delivery: String,
+        /// Who is doing it, for the history (default: $USER).
+        #[arg(long)]
+        actor: Option<String>,
+    },
     /// Regenerate the signed request fixtures of every provider, with a fixed clock.
     Fixtures {
         #[arg(long, default_value = "tests/fixtures")]
@@ -139,6 +155,21 @@ async fn run() -> anyhow::Result<()> {
             send(&settings, &endpoint, file, url, id).await?;
         }
         Command::Sign(args) => sign(&settings, args)?,
+        Command::Reconcile { limit } => {
+            let webhooks = operator_webhooks(&settings).await?;
+            let report = maintenance::reconcile(&webhooks, limit).await?;
+            println!(
+                "examined {} abandoned claim(s): {} completed, {} released, {} unknown, {} skipped",
+                report.examined, report.completed, report.released, report.unknown, report.skipped
+            );
+        }
+        Command::Reprocess { endpoint, delivery, actor } => {
+            let webhooks = operator_webhooks(&settings).await?;
+            let actor = actor.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+            let response = maintenance::reprocess(&webhooks, &endpoint, &delivery, &actor).await?;
+            println!("HTTP {}", response.status);
+            println!("{}", String::from_utf8_lossy(&response.body));
+        }
         Command::Fixtures { dir } => {
             let written = fixtures::write_all(&dir)?;
             println!(
@@ -149,6 +180,12 @@ async fn run() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The configured endpoints over a migrated store, for operator commands.
+async fn operator_webhooks(settings: &Settings) -> anyhow::Result<idempotent_receiver::webhooks::Webhooks> {
+    let store = startup::open_store(settings).await?;
+    Ok(startup::webhooks(settings, store, &Registry::builtin())?)
 }
 
 fn sign(settings: &Settings, args: SignArgs) -> anyhow::Result<()> {

@@ -81,6 +81,8 @@ pub fn webhooks(
     registry: &Registry,
 ) -> Result<Webhooks, ConfigError> {
     let engine = engine(settings, store);
+    let registry = registry.clone().with_forwarders(&settings.forwarders);
+    let registry = &registry;
     let mut endpoints = Vec::new();
     for endpoint in &settings.endpoints {
         let mut handlers = Vec::new();
@@ -156,6 +158,10 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
+        if !settings.reconcile_interval.is_zero() {
+            crate::maintenance::reconcile_every(webhooks.clone(), settings.reconcile_interval)
+                .map_err(listen_error)?;
+        }
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let mut server = HttpServer::new(move || {

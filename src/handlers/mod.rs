@@ -1,8 +1,10 @@
 //! What runs for a verified delivery, inside the claim's transaction.
 
+mod forward;
 mod payments;
 mod record;
 
+pub use forward::Forward;
 pub use payments::Payments;
 pub use record::Record;
 
@@ -31,10 +33,44 @@ pub struct Event {
 /// key: write through `conn` and the writes commit together with the key, or
 /// not at all. Return `Ok(Some(value))` to put `value` in the stored response
 /// under the handler's name.
+///
+/// A handler whose work leaves the database (an HTTP call to another system)
+/// says so with [`Handler::external`] and does that work in
+/// [`Handler::perform`]: it runs under a committed, renewed lease before the
+/// transaction, must pass [`Event::idempotency_key`] downstream, and answers
+/// [`Handler::reconcile`] when a crash left its outcome unknown.
 #[async_trait::async_trait(?Send)]
 pub trait Handler: Send + Sync + 'static {
-    async fn handle(&self, event: &Event, conn: &mut DbConn)
-    -> Result<Option<Value>, HandlerError>;
+    async fn handle(&self, _event: &Event, _conn: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+        Ok(None)
+    }
+
+    /// Whether this handler acts outside the database.
+    fn external(&self) -> bool {
+        false
+    }
+
+    /// The work outside the database (only for [`Handler::external`]).
+    async fn perform(&self, _event: &Event) -> Result<Option<Value>, HandlerError> {
+        Ok(None)
+    }
+
+    /// Asks the outside system what became of `event` after its claim was
+    /// abandoned mid-way (only for [`Handler::external`]).
+    async fn reconcile(&self, _event: &Event) -> Result<Reconciled, HandlerError> {
+        Ok(Reconciled::Unknown)
+    }
+}
+
+/// What the outside system says about an abandoned delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// It happened; this is what `perform` would have returned.
+    Done(Option<Value>),
+    /// It never happened: release the key, so the provider's retry runs it.
+    NotDone,
+    /// Cannot tell yet (the system is unreachable): ask again later.
+    Unknown,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +86,13 @@ pub enum HandlerError {
     /// provider's retry runs the handlers again.
     #[error(transparent)]
     Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Event {
+    /// The key to pass to a downstream system: `<endpoint>:<delivery_id>`.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.endpoint, self.delivery_id)
+    }
 }
 
 impl From<diesel::result::Error> for HandlerError {
@@ -81,6 +124,14 @@ impl Registry {
 
     pub fn with(mut self, name: &str, handler: impl Handler) -> Registry {
         self.handlers.insert(name.to_owned(), Arc::new(handler));
+        self
+    }
+
+    /// Adds a `forward` handler per `[forwarders.NAME]` table.
+    pub fn with_forwarders(mut self, forwarders: &[crate::config::ForwarderSettings]) -> Registry {
+        for f in forwarders {
+            self = self.with(&f.name, Forward::new(&f.url, f.timeout, f.retries));
+        }
         self
     }
 

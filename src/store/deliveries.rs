@@ -303,3 +303,33 @@ impl DbConn {
         Ok(body.flatten())
     }
 }
+
+impl DbConn {
+    /// Stores a new answer for a key that an operator reprocessed, whatever
+    /// its state, and counts the attempt.
+    pub async fn replace_response(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        response: &StoredResponse,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .set((
+                    dsl::status.eq(COMPLETED),
+                    dsl::response_status.eq(i32::from(response.status)),
+                    dsl::response_content_type.eq(&response.content_type),
+                    dsl::response_body.eq(&response.body),
+                    dsl::response_location.eq(&response.location),
+                    dsl::completed_at.eq(now),
+                    dsl::lease_owner.eq(None::<String>),
+                    dsl::lease_expires_at.eq(None::<NaiveDateTime>),
+                    dsl::attempts.eq(dsl::attempts + 1),
+                ))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+}

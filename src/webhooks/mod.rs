@@ -1,19 +1,21 @@
 //! `POST /webhooks/{endpoint}`: limit the body, verify the signature, take
 //! the provider's delivery id as the key, and hand the rest to the engine.
 
-use crate::engine::{ClaimRequest, Engine, Operation, OperationError};
-use crate::handlers::{Event, Handler, HandlerError};
+mod operation;
+
+pub use operation::RunHandlers;
+
+use crate::engine::{ClaimRequest, Engine};
+use crate::handlers::{Event, Handler};
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
 use crate::reply;
-use crate::store::{Claimed, DbConn, StoredResponse};
-use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_LENGTH, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -107,7 +109,7 @@ async fn receive(
     span.record("event_type", claim.event_type.as_deref().unwrap_or(""));
 
     let engine = webhooks.engine().clone();
-    let operation = RunHandlers { endpoint, event };
+    let operation = RunHandlers::new(endpoint, event);
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to clean.
     let task = actix_web::rt::spawn(async move { engine.process(&claim, &operation).await });
@@ -182,64 +184,4 @@ fn verify(
         received_at: Utc::now().naive_utc(),
     };
     Ok((claim, event))
-}
-
-/// The endpoint's handlers, in order, as one operation.
-struct RunHandlers {
-    endpoint: Arc<Endpoint>,
-    event: Event,
-}
-
-#[async_trait::async_trait(?Send)]
-impl Operation for RunHandlers {
-    async fn run(
-        &self,
-        conn: &mut DbConn,
-        claim: &Claimed,
-    ) -> Result<StoredResponse, OperationError> {
-        let mut effects = Map::new();
-        for (name, handler) in &self.endpoint.handlers {
-            match handler.handle(&self.event, conn).await {
-                Ok(Some(effect)) => {
-                    effects.insert(name.clone(), effect);
-                }
-                Ok(None) => {}
-                Err(HandlerError::Rejected(detail)) => {
-                    tracing::warn!(handler = %name, %detail, "event rejected");
-                    let problem = Problem::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "event-rejected",
-                        "Event rejected",
-                        format!("{name}: {detail}"),
-                    );
-                    return Err(OperationError::Rejected(StoredResponse {
-                        status: problem.status,
-                        content_type: crate::problem::CONTENT_TYPE_PROBLEM.into(),
-                        body: problem.body(),
-                        location: None,
-                    }));
-                }
-                Err(HandlerError::Database(e)) => return Err(OperationError::Store(e)),
-                Err(HandlerError::Failed(e)) => {
-                    tracing::warn!(handler = %name, error = %e, "handler failed");
-                    return Err(OperationError::Failed(e));
-                }
-            }
-        }
-        let body = json!({
-            "status": "processed",
-            "endpoint": self.event.endpoint,
-            "delivery_id": self.event.delivery_id,
-            "event_type": self.event.event_type,
-            "attempt": claim.attempt,
-            "processed_at": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            "effects": effects,
-        });
-        Ok(StoredResponse {
-            status: 200,
-            content_type: "application/json".into(),
-            body: serde_json::to_vec(&body).map_err(|e| OperationError::Failed(e.into()))?,
-            location: None,
-        })
-    }
 }

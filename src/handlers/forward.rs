@@ -1,0 +1,108 @@
+//! `forward`: POSTs each verified event to a downstream URL, with the
+//! delivery's key as the downstream's `Idempotency-Key`, a timeout and
+//! bounded retries; the downstream's answer is stored with the delivery.
+
+use super::{Event, Handler, HandlerError, Reconciled};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub struct Forward {
+    url: String,
+    timeout: Duration,
+    retries: u32,
+    client: reqwest::Client,
+}
+
+/// What one POST to the downstream came to.
+enum Answer {
+    Accepted(Value),
+    Refused(StatusCode),
+    /// A timeout, a connection error or a 5xx: the downstream may or may not
+    /// have acted; the same key makes asking again safe.
+    Unsure(String),
+}
+
+impl Forward {
+    pub fn new(url: &str, timeout: Duration, retries: u32) -> Forward {
+        Forward {
+            url: url.to_owned(),
+            timeout,
+            retries,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    async fn post(&self, event: &Event) -> Answer {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .timeout(self.timeout)
+            .header("content-type", "application/json")
+            .header("idempotency-key", event.idempotency_key())
+            .header("x-webhook-endpoint", &event.endpoint)
+            .body(event.raw.clone());
+        if let Some(event_type) = &event.event_type {
+            request = request.header("x-webhook-event-type", event_type);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => return Answer::Unsure(without_url(&error)),
+        };
+        let status = response.status();
+        if status.is_server_error() || status == StatusCode::CONFLICT || status == StatusCode::TOO_MANY_REQUESTS {
+            return Answer::Unsure(format!("the downstream answered {status}"));
+        }
+        if !status.is_success() {
+            return Answer::Refused(status);
+        }
+        let body = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
+        Answer::Accepted(json!({ "status": status.as_u16(), "body": body }))
+    }
+}
+
+/// reqwest's messages name the URL, which may carry credentials.
+fn without_url(error: &reqwest::Error) -> String {
+    if error.is_timeout() {
+        "the downstream timed out".to_owned()
+    } else if error.is_connect() {
+        "the downstream is unreachable".to_owned()
+    } else {
+        "the request to the downstream failed".to_owned()
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Handler for Forward {
+    fn external(&self) -> bool {
+        true
+    }
+
+    async fn perform(&self, event: &Event) -> Result<Option<Value>, HandlerError> {
+        let mut last = String::new();
+        for attempt in 0..=self.retries {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt - 1)).await;
+            }
+            match self.post(event).await {
+                Answer::Accepted(answer) => return Ok(Some(answer)),
+                Answer::Refused(status) => {
+                    return Err(HandlerError::Rejected(format!("the downstream refused the event with {status}")));
+                }
+                Answer::Unsure(reason) => last = reason,
+            }
+        }
+        Err(HandlerError::Failed(format!("{last} after {} attempt(s)", self.retries + 1).into()))
+    }
+
+    /// The downstream deduplicates on the key, so asking again is asking what
+    /// happened: a 2xx is its stored answer.
+    async fn reconcile(&self, event: &Event) -> Result<Reconciled, HandlerError> {
+        Ok(match self.post(event).await {
+            Answer::Accepted(answer) => Reconciled::Done(Some(answer)),
+            Answer::Refused(_) => Reconciled::NotDone,
+            Answer::Unsure(_) => Reconciled::Unknown,
+        })
+    }
+}

@@ -1,0 +1,122 @@
+//! Claims left `in_progress` past their lease (their owner died between the
+//! outside work and the completion): ask each external handler what really
+//! happened, then complete the key with that outcome or release it.
+
+use super::event_of;
+use crate::engine::{Claim, ClaimRequest, EngineError, Operation};
+use crate::handlers::Reconciled;
+use crate::webhooks::{RunHandlers, Webhooks};
+use serde::Serialize;
+use std::time::Duration;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct ReconcileReport {
+    pub examined: usize,
+    /// The outside work had happened: the key now holds its outcome.
+    pub completed: usize,
+    /// The outside work never happened: the key is free for the retry.
+    pub released: usize,
+    /// The outside system could not tell: asked again on the next pass.
+    pub unknown: usize,
+    /// Not ours to reconcile (no such endpoint any more, no stored body, or
+    /// another attempt got there first).
+    pub skipped: usize,
+}
+
+/// One pass over up to `limit` abandoned claims.
+pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileReport, EngineError> {
+    let engine = webhooks.engine();
+    let now = chrono::Utc::now().naive_utc();
+    let stale = engine.store().conn().await?.stale_claims(now, limit).await?;
+    let mut report = ReconcileReport::default();
+    for row in stale {
+        report.examined += 1;
+        let Some(endpoint) = webhooks.endpoint(&row.endpoint).cloned() else {
+            report.skipped += 1;
+            continue;
+        };
+        let body = engine.store().conn().await?.request_body(&row.endpoint, &row.delivery_id).await?;
+        let Some(event) = body.and_then(|body| event_of(&endpoint, &row, body)) else {
+            report.skipped += 1;
+            continue;
+        };
+        // Take the claim over first, fenced like any retry's takeover, so that
+        // a provider's retry arriving now cannot run it a second time.
+        let request = ClaimRequest {
+            scope: row.endpoint.clone(),
+            key: row.delivery_id.clone(),
+            fingerprint: row.request_hash.clone(),
+            event_type: row.event_type.clone(),
+            body_key: row.body_key.clone(),
+            retention: None,
+            payload: None,
+        };
+        let Claim::Fresh(pending) = engine.claim(&request).await? else {
+            report.skipped += 1;
+            continue;
+        };
+        let lease = pending.commit_claim().await?;
+        let operation = RunHandlers::new(endpoint.clone(), event);
+        let (mut done, mut not_done, mut unknown) = (0, 0, 0);
+        for (name, handler) in endpoint.handlers.iter().filter(|(_, h)| h.external()) {
+            match handler.reconcile(operation.event()).await {
+                Ok(Reconciled::Done(effect)) => {
+                    done += 1;
+                    operation.set_external(name, effect.unwrap_or_default());
+                }
+                Ok(Reconciled::NotDone) => not_done += 1,
+                Ok(Reconciled::Unknown) | Err(_) => unknown += 1,
+            }
+        }
+        tracing::info!(delivery_id = %row.delivery_id, done, not_done, unknown, "reconciling an abandoned claim");
+        if unknown > 0 {
+            // Our lease expires in turn and the next pass asks again.
+            report.unknown += 1;
+        } else if not_done > 0 {
+            lease.release(Some("reconciled: the outside work never happened")).await?;
+            report.released += 1;
+        } else {
+            let mut pending = lease.begin().await?;
+            let claimed = pending.claimed().clone();
+            match operation.run(pending.conn(), &claimed).await {
+                Ok(response) => {
+                    pending
+                        .conn()
+                        .record_history(&row.endpoint, &row.delivery_id, "reconciled", Some("reconciler"), None)
+                        .await?;
+                    pending.complete(&response).await?;
+                    report.completed += 1;
+                }
+                Err(error) => {
+                    let lease = pending.into_lease().await;
+                    let _ = lease.fail(error).await;
+                    report.released += 1;
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Reconciles every `interval` on a thread of its own until the process
+/// ends. Handlers' futures are not `Send` (actix runs each worker on one
+/// thread), so the loop gets a single-threaded runtime rather than a task on
+/// a multi-threaded one.
+pub fn reconcile_every(webhooks: Webhooks, interval: Duration) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new()
+        .name("reconciler".into())
+        .spawn(move || runtime.block_on(reconcile_loop(webhooks, interval)))?;
+    Ok(())
+}
+
+async fn reconcile_loop(webhooks: Webhooks, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        match reconcile(&webhooks, 100).await {
+            Ok(report) if report.examined > 0 => tracing::info!(?report, "reconciled abandoned claims"),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "reconciliation failed; retrying on the next pass"),
+        }
+    }
+}

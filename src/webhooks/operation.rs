@@ -1,0 +1,116 @@
+//! An endpoint's handlers as one engine operation: handlers with effects
+//! outside the database perform first, under the claim's lease; the others
+//! run in the claim's transaction; the response lists every handler's effect.
+
+use super::Endpoint;
+use crate::engine::{Operation, OperationError};
+use crate::handlers::{Event, HandlerError};
+use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
+use crate::store::{Claimed, DbConn, StoredResponse};
+use actix_web::http::StatusCode;
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+pub struct RunHandlers {
+    endpoint: Arc<Endpoint>,
+    event: Event,
+    /// What the external handlers returned (or, when reconciling, what the
+    /// downstream says they did).
+    external: RefCell<Map<String, Value>>,
+}
+
+impl RunHandlers {
+    pub fn new(endpoint: Arc<Endpoint>, event: Event) -> RunHandlers {
+        RunHandlers {
+            endpoint,
+            event,
+            external: RefCell::new(Map::new()),
+        }
+    }
+
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Records an external handler's effect found by reconciliation.
+    pub fn set_external(&self, handler: &str, effect: Value) {
+        self.external.borrow_mut().insert(handler.to_owned(), effect);
+    }
+
+    fn failure(&self, handler: &str, error: HandlerError) -> OperationError {
+        match error {
+            HandlerError::Rejected(detail) => {
+                tracing::warn!(%handler, %detail, "event rejected");
+                let problem = Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "event-rejected",
+                    "Event rejected",
+                    format!("{handler}: {detail}"),
+                );
+                OperationError::Rejected(StoredResponse {
+                    status: problem.status,
+                    content_type: CONTENT_TYPE_PROBLEM.into(),
+                    body: problem.body(),
+                    location: None,
+                })
+            }
+            HandlerError::Database(e) => OperationError::Store(e),
+            HandlerError::Failed(e) => {
+                tracing::warn!(%handler, error = %e, "handler failed");
+                OperationError::Failed(e)
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Operation for RunHandlers {
+    fn has_external_effects(&self) -> bool {
+        self.endpoint.handlers.iter().any(|(_, h)| h.external())
+    }
+
+    async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
+        for (name, handler) in self.endpoint.handlers.iter().filter(|(_, h)| h.external()) {
+            match handler.perform(&self.event).await {
+                Ok(Some(effect)) => self.set_external(name, effect),
+                Ok(None) => {}
+                Err(error) => return Err(self.failure(name, error)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&self, conn: &mut DbConn, claim: &Claimed) -> Result<StoredResponse, OperationError> {
+        let mut effects = self.external.borrow().clone();
+        for (name, handler) in self.endpoint.handlers.iter().filter(|(_, h)| !h.external()) {
+            match handler.handle(&self.event, conn).await {
+                Ok(Some(effect)) => {
+                    effects.insert(name.clone(), effect);
+                }
+                Ok(None) => {}
+                Err(error) => return Err(self.failure(name, error)),
+            }
+        }
+        let body = json!({
+            "status": "processed",
+            "endpoint": self.event.endpoint,
+            "delivery_id": self.event.delivery_id,
+            "event_type": self.event.event_type,
+            "attempt": claim.attempt,
+            "processed_at": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "effects": effects,
+        });
+        Ok(StoredResponse {
+            status: 200,
+            content_type: "application/json".into(),
+            body: serde_json::to_vec(&body).map_err(|e| OperationError::Failed(e.into()))?,
+            location: None,
+        })
+    }
+}

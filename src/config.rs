@@ -312,12 +312,19 @@ impl Settings {
         for (name, forwarder) in &raw.forwarders {
             let key = |field: &str| format!("forwarders.{name}.{field}");
             if !(forwarder.url.starts_with("http://") || forwarder.url.starts_with("https://")) {
-                return Err(invalid(&key("url"), "expected an http:// or https:// URL".into()));
+                return Err(invalid(
+                    &key("url"),
+                    "expected an http:// or https:// URL".into(),
+                ));
             }
             forwarders.push(ForwarderSettings {
                 name: name.clone(),
                 url: forwarder.url.clone(),
-                timeout: duration(&key("timeout"), forwarder.timeout.as_ref(), Duration::from_secs(10))?,
+                timeout: duration(
+                    &key("timeout"),
+                    forwarder.timeout.as_ref(),
+                    Duration::from_secs(10),
+                )?,
                 retries: forwarder.retries.unwrap_or(2),
             });
         }

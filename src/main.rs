@@ -163,9 +163,15 @@ async fn run() -> anyhow::Result<()> {
                 report.examined, report.completed, report.released, report.unknown, report.skipped
             );
         }
-        Command::Reprocess { endpoint, delivery, actor } => {
+        Command::Reprocess {
+            endpoint,
+            delivery,
+            actor,
+        } => {
             let webhooks = operator_webhooks(&settings).await?;
-            let actor = actor.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "cli".into());
+            let actor = actor
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "cli".into());
             let response = maintenance::reprocess(&webhooks, &endpoint, &delivery, &actor).await?;
             println!("HTTP {}", response.status);
             println!("{}", String::from_utf8_lossy(&response.body));
@@ -183,7 +189,9 @@ async fn run() -> anyhow::Result<()> {
 }
 
 /// The configured endpoints over a migrated store, for operator commands.
-async fn operator_webhooks(settings: &Settings) -> anyhow::Result<idempotent_receiver::webhooks::Webhooks> {
+async fn operator_webhooks(
+    settings: &Settings,
+) -> anyhow::Result<idempotent_receiver::webhooks::Webhooks> {
     let store = startup::open_store(settings).await?;
     Ok(startup::webhooks(settings, store, &Registry::builtin())?)
 }

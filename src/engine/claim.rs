@@ -180,11 +180,21 @@ impl Lease {
         let mut tx = self.store.begin().await?;
         let conn = tx.conn();
         let released = conn
-            .release_claim(&self.scope, &self.claimed.delivery_id, &self.claimed.lease_owner)
+            .release_claim(
+                &self.scope,
+                &self.claimed.delivery_id,
+                &self.claimed.lease_owner,
+            )
             .await?;
         if released {
-            conn.record_history(&self.scope, &self.claimed.delivery_id, "released", None, reason)
-                .await?;
+            conn.record_history(
+                &self.scope,
+                &self.claimed.delivery_id,
+                "released",
+                None,
+                reason,
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(())

@@ -360,9 +360,10 @@ impl Engine {
         match row.lease_expires_at {
             Some(expires) if expires > now => {
                 let remaining = (expires - now).to_std().unwrap_or_default();
-                Ok(Verdict::Busy(
-                    remaining.clamp(Duration::from_secs(1), self.inner.options.lease),
-                ))
+                Ok(Verdict::Busy(retry_after(
+                    remaining,
+                    self.inner.options.lease,
+                )))
             }
             _ => Ok(Verdict::Stale),
         }
@@ -383,10 +384,33 @@ async fn lookup(
     }
 }
 
+/// What `Retry-After` says for a live claim: its remaining lease, at least
+/// a second (the header counts whole seconds) and at most a whole lease.
+fn retry_after(remaining: Duration, lease: Duration) -> Duration {
+    let second = Duration::from_secs(1);
+    remaining.min(lease).max(second)
+}
+
 fn now() -> NaiveDateTime {
     Utc::now().naive_utc()
 }
 
 fn to_delta(duration: Duration) -> TimeDelta {
     TimeDelta::from_std(duration).unwrap_or(TimeDelta::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_a_whole_second_at_least_even_for_leases_shorter_than_that() {
+        let ms = Duration::from_millis;
+        assert_eq!(retry_after(ms(200), ms(300)), Duration::from_secs(1));
+        assert_eq!(retry_after(ms(4500), Duration::from_secs(60)), ms(4500));
+        assert_eq!(
+            retry_after(Duration::from_secs(90), Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+    }
 }

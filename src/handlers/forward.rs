@@ -50,7 +50,10 @@ impl Forward {
             Err(error) => return Answer::Unsure(without_url(&error)),
         };
         let status = response.status();
-        if status.is_server_error() || status == StatusCode::CONFLICT || status == StatusCode::TOO_MANY_REQUESTS {
+        if status.is_server_error()
+            || status == StatusCode::CONFLICT
+            || status == StatusCode::TOO_MANY_REQUESTS
+        {
             return Answer::Unsure(format!("the downstream answered {status}"));
         }
         if !status.is_success() {
@@ -88,12 +91,16 @@ impl Handler for Forward {
             match self.post(event).await {
                 Answer::Accepted(answer) => return Ok(Some(answer)),
                 Answer::Refused(status) => {
-                    return Err(HandlerError::Rejected(format!("the downstream refused the event with {status}")));
+                    return Err(HandlerError::Rejected(format!(
+                        "the downstream refused the event with {status}"
+                    )));
                 }
                 Answer::Unsure(reason) => last = reason,
             }
         }
-        Err(HandlerError::Failed(format!("{last} after {} attempt(s)", self.retries + 1).into()))
+        Err(HandlerError::Failed(
+            format!("{last} after {} attempt(s)", self.retries + 1).into(),
+        ))
     }
 
     /// The downstream deduplicates on the key, so asking again is asking what

@@ -41,7 +41,11 @@ pub struct Event {
 /// [`Handler::reconcile`] when a crash left its outcome unknown.
 #[async_trait::async_trait(?Send)]
 pub trait Handler: Send + Sync + 'static {
-    async fn handle(&self, _event: &Event, _conn: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+    async fn handle(
+        &self,
+        _event: &Event,
+        _conn: &mut DbConn,
+    ) -> Result<Option<Value>, HandlerError> {
         Ok(None)
     }
 

@@ -27,7 +27,12 @@ pub struct ReconcileReport {
 pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileReport, EngineError> {
     let engine = webhooks.engine();
     let now = chrono::Utc::now().naive_utc();
-    let stale = engine.store().conn().await?.stale_claims(now, limit).await?;
+    let stale = engine
+        .store()
+        .conn()
+        .await?
+        .stale_claims(now, limit)
+        .await?;
     let mut report = ReconcileReport::default();
     for row in stale {
         report.examined += 1;
@@ -35,7 +40,12 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
             report.skipped += 1;
             continue;
         };
-        let body = engine.store().conn().await?.request_body(&row.endpoint, &row.delivery_id).await?;
+        let body = engine
+            .store()
+            .conn()
+            .await?
+            .request_body(&row.endpoint, &row.delivery_id)
+            .await?;
         let Some(event) = body.and_then(|body| event_of(&endpoint, &row, body)) else {
             report.skipped += 1;
             continue;
@@ -73,7 +83,9 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
             // Our lease expires in turn and the next pass asks again.
             report.unknown += 1;
         } else if not_done > 0 {
-            lease.release(Some("reconciled: the outside work never happened")).await?;
+            lease
+                .release(Some("reconciled: the outside work never happened"))
+                .await?;
             report.released += 1;
         } else {
             let mut pending = lease.begin().await?;
@@ -82,7 +94,13 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
                 Ok(response) => {
                     pending
                         .conn()
-                        .record_history(&row.endpoint, &row.delivery_id, "reconciled", Some("reconciler"), None)
+                        .record_history(
+                            &row.endpoint,
+                            &row.delivery_id,
+                            "reconciled",
+                            Some("reconciler"),
+                            None,
+                        )
                         .await?;
                     pending.complete(&response).await?;
                     report.completed += 1;
@@ -103,7 +121,9 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
 /// thread), so the loop gets a single-threaded runtime rather than a task on
 /// a multi-threaded one.
 pub fn reconcile_every(webhooks: Webhooks, interval: Duration) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     std::thread::Builder::new()
         .name("reconciler".into())
         .spawn(move || runtime.block_on(reconcile_loop(webhooks, interval)))?;
@@ -114,9 +134,13 @@ async fn reconcile_loop(webhooks: Webhooks, interval: Duration) {
     loop {
         tokio::time::sleep(interval).await;
         match reconcile(&webhooks, 100).await {
-            Ok(report) if report.examined > 0 => tracing::info!(?report, "reconciled abandoned claims"),
+            Ok(report) if report.examined > 0 => {
+                tracing::info!(?report, "reconciled abandoned claims")
+            }
             Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "reconciliation failed; retrying on the next pass"),
+            Err(error) => {
+                tracing::warn!(%error, "reconciliation failed; retrying on the next pass")
+            }
         }
     }
 }

@@ -12,7 +12,10 @@ pub enum ReprocessError {
     #[error("no endpoint named {0:?} is configured")]
     UnknownEndpoint(String),
     #[error("no delivery {delivery_id:?} is stored for endpoint {endpoint:?}")]
-    NotFound { endpoint: String, delivery_id: String },
+    NotFound {
+        endpoint: String,
+        delivery_id: String,
+    },
     #[error("the delivery's body was not stored, so it cannot be run again")]
     NoPayload,
     #[error("the delivery is being processed right now; try again after its lease")]
@@ -50,7 +53,9 @@ pub async fn reprocess(
             delivery_id: delivery_id.to_owned(),
         })?;
     let now = chrono::Utc::now().naive_utc();
-    if row.status != crate::store::COMPLETED && row.lease_expires_at.is_some_and(|until| until > now) {
+    if row.status != crate::store::COMPLETED
+        && row.lease_expires_at.is_some_and(|until| until > now)
+    {
         return Err(ReprocessError::Busy);
     }
     let body = conn.request_body(endpoint, delivery_id).await?;
@@ -86,17 +91,34 @@ pub async fn reprocess(
             }
             let detail = error.to_string();
             let mut conn = store.conn().await?;
-            conn.record_history(endpoint, delivery_id, "reprocess-failed", Some(actor), Some(&detail))
-                .await?;
+            conn.record_history(
+                endpoint,
+                delivery_id,
+                "reprocess-failed",
+                Some(actor),
+                Some(&detail),
+            )
+            .await?;
             return Err(ReprocessError::Failed(detail));
         }
     };
     let conn = tx.conn();
-    conn.replace_response(endpoint, delivery_id, &response, chrono::Utc::now().naive_utc())
-        .await?;
+    conn.replace_response(
+        endpoint,
+        delivery_id,
+        &response,
+        chrono::Utc::now().naive_utc(),
+    )
+    .await?;
     let detail = format!("answered {}", response.status);
-    conn.record_history(endpoint, delivery_id, "reprocessed", Some(actor), Some(&detail))
-        .await?;
+    conn.record_history(
+        endpoint,
+        delivery_id,
+        "reprocessed",
+        Some(actor),
+        Some(&detail),
+    )
+    .await?;
     tx.commit().await?;
     Ok(response)
 }

@@ -40,7 +40,9 @@ impl RunHandlers {
 
     /// Records an external handler's effect found by reconciliation.
     pub fn set_external(&self, handler: &str, effect: Value) {
-        self.external.borrow_mut().insert(handler.to_owned(), effect);
+        self.external
+            .borrow_mut()
+            .insert(handler.to_owned(), effect);
     }
 
     fn failure(&self, handler: &str, error: HandlerError) -> OperationError {
@@ -86,7 +88,11 @@ impl Operation for RunHandlers {
         Ok(())
     }
 
-    async fn run(&self, conn: &mut DbConn, claim: &Claimed) -> Result<StoredResponse, OperationError> {
+    async fn run(
+        &self,
+        conn: &mut DbConn,
+        claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError> {
         let mut effects = self.external.borrow().clone();
         for (name, handler) in self.endpoint.handlers.iter().filter(|(_, h)| !h.external()) {
             match handler.handle(&self.event, conn).await {

@@ -84,6 +84,8 @@ enum Isolation {
 
 pub struct TestApp {
     pub address: String,
+    pub settings: Settings,
+    pub registry: Registry,
     pub store: Store,
     pub client: reqwest::Client,
     pub provider: Arc<dyn Provider>,
@@ -259,6 +261,13 @@ impl TestApp {
         assert_eq!(updated, 1, "no key {key:?} in scope {scope:?}");
     }
 
+    /// The webhook face over this app's store and handlers, for operator
+    /// actions (reconcile, reprocess) run by the test itself.
+    pub fn webhooks(&self) -> idempotent_receiver::webhooks::Webhooks {
+        startup::webhooks(&self.settings, self.store.clone(), &self.registry)
+            .expect("the endpoints build")
+    }
+
     /// Deletes every stored delivery, event and ledger row.
     pub async fn forget_deliveries(&self) {
         let mut conn = self.store.conn().await.expect("a connection");
@@ -336,6 +345,12 @@ pub fn payment(payment_id: &str, amount: i64) -> Vec<u8> {
 }
 
 impl TestAppBuilder {
+    /// Runs a handler that the configuration defines (a forwarder).
+    pub fn handler_name(mut self, name: &str) -> Self {
+        self.handlers.push(name.to_owned());
+        self
+    }
+
     pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
         self.registry = self.registry.with(name, handler);
         self.handlers.push(name.to_owned());
@@ -478,6 +493,8 @@ impl TestAppBuilder {
             .clone();
         Some(TestApp {
             address: format!("http://127.0.0.1:{port}"),
+            settings,
+            registry: self.registry,
             store,
             client: reqwest::Client::new(),
             provider,

@@ -10,4 +10,5 @@ mod concurrency;
 mod delivery;
 mod failures;
 mod fixtures;
+mod leases;
 mod providers;

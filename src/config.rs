@@ -54,6 +54,8 @@ pub struct Settings {
     pub forwarders: Vec<ForwarderSettings>,
     /// How often claims abandoned past their lease are reconciled ("0": never).
     pub reconcile_interval: Duration,
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
+    pub shutdown_grace: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +125,7 @@ struct RawSettings {
     #[serde(default)]
     forwarders: BTreeMap<String, RawForwarder>,
     reconcile_interval: Option<String>,
+    shutdown_grace: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -332,6 +335,11 @@ impl Settings {
         Ok(Settings {
             idempotency,
             forwarders,
+            shutdown_grace: duration(
+                "shutdown_grace",
+                raw.shutdown_grace.as_ref(),
+                Duration::from_secs(30),
+            )?,
             reconcile_interval: duration(
                 "reconcile_interval",
                 raw.reconcile_interval.as_ref(),

@@ -174,7 +174,11 @@ impl Application {
                 .configure(health::configure(health_store.clone()))
                 .configure(|cfg| extra(cfg))
         })
-        .shutdown_timeout(30)
+        // SIGTERM/SIGINT: stop accepting, let in-flight requests finish for
+        // up to the grace period, then exit. A claim still open then rolls
+        // back with its connection; a committed lease simply expires and is
+        // reconciled.
+        .shutdown_timeout(settings.shutdown_grace.as_secs())
         .client_request_timeout(Duration::from_secs(10));
         if let Some(workers) = settings.workers {
             server = server.workers(workers);

@@ -69,6 +69,8 @@ pub struct StoreOptions {
     pub lock_wait: Duration,
     /// How long a SQLite writer waits for the single write lock.
     pub busy_timeout: Duration,
+    /// The longest any PostgreSQL statement may run.
+    pub statement_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -78,6 +80,7 @@ impl Default for StoreOptions {
             acquire_timeout: Duration::from_secs(5),
             lock_wait: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -113,9 +116,14 @@ impl Store {
                 Pools::Sqlite(build_pool(manager, options)?)
             }
             DatabaseUrl::Postgres(url) => {
+                // Every wait on the database is bounded, so that a request
+                // never hangs past its budget: a claim waits `lock_wait` on a
+                // concurrent duplicate, and no statement runs longer than
+                // `statement_timeout`.
                 let setup = format!(
-                    "SET lock_timeout = '{}ms'",
-                    options.lock_wait.as_millis().max(1)
+                    "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'",
+                    options.lock_wait.as_millis().max(1),
+                    options.statement_timeout.as_millis().max(1)
                 );
                 let mut config = ManagerConfig::<PgConn>::default();
                 config.custom_setup = Box::new(move |url| {

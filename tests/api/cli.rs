@@ -240,3 +240,101 @@ async fn send_and_sign_work_for_every_provider_against_serve() {
         );
     }
 }
+
+#[tokio::test]
+async fn sigterm_lets_an_in_flight_delivery_finish_before_exiting() {
+    use actix_web::{App, HttpResponse, HttpServer, web};
+    use idempotent_receiver::store::{DatabaseUrl, Store, StoreOptions};
+
+    // A downstream that takes a while to answer.
+    let downstream = HttpServer::new(|| {
+        App::new().route(
+            "/slow",
+            web::post().to(|| async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                HttpResponse::Created().json(serde_json::json!({ "ok": true }))
+            }),
+        )
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let slow_url = format!("http://{}/slow", downstream.addrs()[0]);
+    tokio::spawn(downstream.run());
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("receiver.toml");
+    let secret = crate::helpers::SECRET;
+    std::fs::write(
+        &config,
+        format!(
+            "shutdown_grace = \"10s\"\n[forwarders.slow]\nurl = {slow_url:?}\n[endpoints.shop]\nprovider = \"standard-webhooks\"\nsecrets = [{secret:?}]\nhandlers = [\"record\", \"slow\"]\n"
+        ),
+    )
+    .unwrap();
+    let (mut server, listen) = serve_with(dir.path(), Some(&config)).await;
+
+    let body = crate::helpers::payment("pay_term", 10);
+    let provider = idempotent_receiver::providers::build(
+        "standard-webhooks",
+        &idempotent_receiver::providers::ProviderSpec {
+            secrets: vec![secret.into()],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let delivery = idempotent_receiver::client::sign(
+        provider.as_ref(),
+        "msg_term",
+        chrono::Utc::now().timestamp(),
+        None,
+        body,
+    )
+    .unwrap();
+    let url = format!("http://{listen}/webhooks/shop");
+    let in_flight = tokio::spawn(async move {
+        idempotent_receiver::client::post(&reqwest::Client::new(), &url, &delivery).await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let pid = server.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let answer = in_flight
+        .await
+        .unwrap()
+        .expect("the in-flight delivery is answered");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+
+    let store = Store::connect(
+        &DatabaseUrl::Sqlite(dir.path().join("data/receiver.db")),
+        &StoreOptions::default(),
+    )
+    .unwrap();
+    let row = store
+        .conn()
+        .await
+        .unwrap()
+        .find_delivery("shop", "msg_term")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, "completed", "finished, not left to expire");
+}

@@ -107,6 +107,7 @@ pub struct TestAppBuilder {
         fn(&mut actix_web::web::ServiceConfig, idempotent_receiver::client_keys::Idempotency),
     >,
     clock: Option<i64>,
+    via: Option<String>,
 }
 
 impl TestApp {
@@ -129,6 +130,7 @@ impl TestApp {
             top_level: String::new(),
             routes: None,
             clock: None,
+            via: None,
         }
     }
 
@@ -331,6 +333,18 @@ impl TestApp {
     }
 }
 
+/// `url` with its host:port replaced by `address`.
+fn with_authority(url: &str, address: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    let end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let user = authority
+        .rsplit_once('@')
+        .map(|(user, _)| format!("{user}@"))
+        .unwrap_or_default();
+    format!("{scheme}://{user}{address}{path}")
+}
+
 pub fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -379,6 +393,13 @@ impl TestAppBuilder {
         ),
     ) -> Self {
         self.routes = Some(routes);
+        self
+    }
+
+    /// Reaches PostgreSQL through `address` (a proxy the test controls)
+    /// instead of directly; the test's schema is still made directly.
+    pub fn postgres_via(mut self, address: &str) -> Self {
+        self.via = Some(address.to_owned());
         self
     }
 
@@ -441,10 +462,11 @@ impl TestAppBuilder {
                 } else {
                     '?'
                 };
-                let url = format!(
-                    "{}{separator}options=-csearch_path%3D{schema}",
-                    postgres_url()
-                );
+                let base = match &self.via {
+                    Some(via) => with_authority(&postgres_url(), via),
+                    None => postgres_url(),
+                };
+                let url = format!("{base}{separator}options=-csearch_path%3D{schema}");
                 (url, Isolation::Postgres { schema })
             }
         };

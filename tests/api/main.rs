@@ -11,4 +11,5 @@ mod delivery;
 mod failures;
 mod fixtures;
 mod leases;
+mod outage;
 mod providers;

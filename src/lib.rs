@@ -55,6 +55,7 @@ pub mod engine;
 pub mod fixtures;
 pub mod handlers;
 pub mod health;
+pub mod maintenance;
 pub mod payments;
 pub mod problem;
 pub mod providers;

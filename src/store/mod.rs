@@ -5,6 +5,7 @@
 
 mod deliveries;
 mod error;
+mod expired;
 mod migrate;
 mod pool;
 pub mod schema;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use error::StoreError;
+pub use expired::{ExpiredKey, ExpiredKind, Expiry, Scopes};
 pub use pool::{DatabaseUrl, StoreOptions};
 
 /// The embedded backend's connection: diesel's synchronous SQLite connection,

@@ -11,3 +11,4 @@ mod delivery;
 mod failures;
 mod fixtures;
 mod providers;
+mod purge;

@@ -13,6 +13,13 @@ use std::time::Duration;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "data";
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(72 * 3600);
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10 * 60);
+pub const DEFAULT_PURGE_BATCH: usize = 1000;
+pub const DEFAULT_PURGE_PAUSE: Duration = Duration::from_millis(50);
+/// The largest `purge_batch`: a batch's keys are bound into its `DELETE`
+/// statements (SQLite allows 32766 variables), and a larger batch is a
+/// longer transaction that ingestion waits behind.
+pub const MAX_PURGE_BATCH: usize = 10_000;
 pub const DEMO_ENDPOINT: &str = "demo";
 const DEMO_SECRET_FILE: &str = "demo.secret";
 const DEFAULT_HANDLERS: &[&str] = &["record", "payments"];
@@ -56,6 +63,7 @@ pub struct Settings {
     pub reconcile_interval: Duration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
+    pub purge: PurgeSettings,
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +80,29 @@ struct RawForwarder {
     url: String,
     timeout: Option<String>,
     retries: Option<u32>,
+}
+
+/// How the background purge deletes expired keys (`purge_interval`,
+/// `purge_batch`, `purge_pause`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeSettings {
+    /// How often the purge runs; `None` (`"0"`) disables the background task.
+    pub interval: Option<Duration>,
+    /// Rows per batch: one short transaction each.
+    pub batch: usize,
+    /// The pause between batches, so that writers queued behind a batch get
+    /// the database before the next one.
+    pub pause: Duration,
+}
+
+impl Default for PurgeSettings {
+    fn default() -> Self {
+        PurgeSettings {
+            interval: Some(DEFAULT_PURGE_INTERVAL),
+            batch: DEFAULT_PURGE_BATCH,
+            pause: DEFAULT_PURGE_PAUSE,
+        }
+    }
 }
 
 /// `[idempotency]`: how client routes treat `Idempotency-Key`.
@@ -104,6 +135,8 @@ pub struct EndpointSettings {
     pub tolerance: Option<Duration>,
     pub handlers: Vec<String>,
     pub max_body_bytes: usize,
+    /// This endpoint's own retention; `None`: the global `retention`.
+    pub retention: Option<Duration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -118,6 +151,11 @@ struct RawSettings {
     pool_size: Option<usize>,
     workers: Option<usize>,
     max_body_bytes: Option<usize>,
+    purge_interval: Option<String>,
+    /// Signed, so that a negative value is refused naming the key rather
+    /// than as a type error at a byte offset.
+    purge_batch: Option<i64>,
+    purge_pause: Option<String>,
     #[serde(default)]
     endpoints: BTreeMap<String, RawEndpoint>,
     #[serde(default)]
@@ -139,6 +177,7 @@ struct RawEndpoint {
     handlers: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
     hmac: Option<HmacSpec>,
+    retention: Option<String>,
 }
 
 /// Reads environment variables; a parameter so that tests need not touch the
@@ -235,6 +274,12 @@ impl Settings {
                 }
                 None => None,
             };
+            let retention = match &endpoint.retention {
+                Some(text) => {
+                    Some(parse_duration(text).map_err(|m| invalid(&key("retention"), m))?)
+                }
+                None => None,
+            };
             let mut secrets = endpoint.secrets.clone();
             if let Some(var) = &endpoint.secrets_env {
                 match env(var) {
@@ -276,6 +321,7 @@ impl Settings {
                     .clone()
                     .unwrap_or_else(|| DEFAULT_HANDLERS.iter().map(|h| h.to_string()).collect()),
                 max_body_bytes: endpoint.max_body_bytes.unwrap_or(max_body),
+                retention,
             });
         }
         if endpoints.is_empty() {
@@ -332,8 +378,31 @@ impl Settings {
             });
         }
 
+        let purge = PurgeSettings {
+            interval: Some(duration(
+                "purge_interval",
+                raw.purge_interval.as_ref(),
+                DEFAULT_PURGE_INTERVAL,
+            )?)
+            .filter(|interval| !interval.is_zero()),
+            batch: match raw.purge_batch {
+                None => DEFAULT_PURGE_BATCH,
+                Some(batch) => match usize::try_from(batch) {
+                    Ok(batch) if (1..=MAX_PURGE_BATCH).contains(&batch) => batch,
+                    _ => {
+                        return Err(invalid(
+                            "purge_batch",
+                            format!("{batch} is not between 1 and {MAX_PURGE_BATCH}"),
+                        ));
+                    }
+                },
+            },
+            pause: duration("purge_pause", raw.purge_pause.as_ref(), DEFAULT_PURGE_PAUSE)?,
+        };
+
         Ok(Settings {
             idempotency,
+            purge,
             forwarders,
             shutdown_grace: duration(
                 "shutdown_grace",
@@ -366,6 +435,12 @@ impl Settings {
         self.endpoints.iter().find(|e| e.name == name)
     }
 
+    /// How long `endpoint`'s keys are remembered: its own `retention`, else
+    /// the global one.
+    pub fn retention_of(&self, endpoint: &EndpointSettings) -> Duration {
+        endpoint.retention.unwrap_or(self.retention)
+    }
+
     pub fn invalid(&self, key: &str, message: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             file: self.source.clone(),
@@ -383,6 +458,34 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     humantime::parse_duration(text.trim())
         .map_err(|e| format!("{text:?} is not a duration such as \"72h\" or \"5m\" ({e})"))
+}
+
+/// A duration as an operator writes it in the configuration, in hours,
+/// minutes, seconds and milliseconds (`"72h"`, `"27h 35m 5s"`), never days,
+/// so that it reads the same as the `retention` it is compared with.
+/// `parse_duration` reads it back.
+pub fn format_duration(duration: Duration) -> String {
+    if duration.is_zero() {
+        return "0".to_owned();
+    }
+    let secs = duration.as_secs();
+    let parts = [
+        (secs / 3600, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+        (u64::from(duration.subsec_millis()), "ms"),
+    ];
+    let text = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if text.is_empty() {
+        format!("{}us", duration.as_micros())
+    } else {
+        text
+    }
 }
 
 /// The endpoint a fresh start gets: Standard Webhooks, with a secret that is
@@ -405,6 +508,7 @@ fn demo_endpoint(data_dir: &Path, max_body: usize) -> Result<EndpointSettings, S
         tolerance: None,
         handlers: DEFAULT_HANDLERS.iter().map(|h| h.to_string()).collect(),
         max_body_bytes: max_body,
+        retention: None,
     })
 }
 
@@ -560,6 +664,79 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(!message.contains("sup3r"), "{message}");
+    }
+
+    #[test]
+    fn purge_settings_have_defaults_and_zero_turns_the_task_off() {
+        let defaults = parse("").unwrap();
+        assert_eq!(defaults.purge, PurgeSettings::default());
+        assert_eq!(defaults.purge.interval, Some(Duration::from_secs(600)));
+        assert_eq!(defaults.purge.batch, 1000);
+        assert_eq!(defaults.purge.pause, Duration::from_millis(50));
+
+        let set =
+            parse("purge_interval = \"1h\"\npurge_batch = 250\npurge_pause = \"0\"\n").unwrap();
+        assert_eq!(set.purge.interval, Some(Duration::from_secs(3600)));
+        assert_eq!(set.purge.batch, 250);
+        assert_eq!(set.purge.pause, Duration::ZERO);
+
+        assert_eq!(
+            parse("purge_interval = \"0\"\n").unwrap().purge.interval,
+            None
+        );
+    }
+
+    #[test]
+    fn an_endpoint_may_keep_its_keys_longer_or_shorter_than_the_rest() {
+        let text = format!(
+            "retention = \"48h\"\n[endpoints.a]\nprovider = \"svix\"\nsecrets = [\"{SECRET}\"]\nretention = \"96h\"\n[endpoints.b]\nprovider = \"svix\"\nsecrets = [\"{SECRET}\"]\n"
+        );
+        let settings = parse(&text).unwrap();
+        let a = settings.endpoint("a").unwrap();
+        let b = settings.endpoint("b").unwrap();
+        assert_eq!(a.retention, Some(Duration::from_secs(96 * 3600)));
+        assert_eq!(b.retention, None);
+        assert_eq!(settings.retention_of(a), Duration::from_secs(96 * 3600));
+        assert_eq!(settings.retention_of(b), Duration::from_secs(48 * 3600));
+    }
+
+    #[test]
+    fn bad_purge_and_retention_settings_name_the_key_and_the_file() {
+        let endpoint = |extra: &str| {
+            format!("[endpoints.a]\nprovider = \"svix\"\nsecrets = [\"{SECRET}\"]\n{extra}")
+        };
+        let cases = [
+            (
+                "purge_interval = \"often\"\n".to_owned(),
+                "`purge_interval`",
+            ),
+            ("purge_pause = \"-1s\"\n".to_owned(), "`purge_pause`"),
+            ("purge_batch = 0\n".to_owned(), "`purge_batch`"),
+            ("purge_batch = 10001\n".to_owned(), "`purge_batch`"),
+            ("purge_batch = -5\n".to_owned(), "`purge_batch`"),
+            (
+                endpoint("retention = \"a while\"\n"),
+                "`endpoints.a.retention`",
+            ),
+        ];
+        for (text, key) in cases {
+            let message = parse(&text).unwrap_err().to_string();
+            assert!(message.starts_with("receiver.toml: "), "{message}");
+            assert!(message.contains(key), "{message} should name {key}");
+        }
+    }
+
+    #[test]
+    fn durations_are_shown_in_hours_minutes_and_seconds() {
+        assert_eq!(format_duration(Duration::from_secs(72 * 3600)), "72h");
+        assert_eq!(format_duration(Duration::from_secs(99_305)), "27h 35m 5s");
+        assert_eq!(format_duration(Duration::from_secs(360)), "6m");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1s 500ms");
+        assert_eq!(format_duration(Duration::from_millis(50)), "50ms");
+        assert_eq!(format_duration(Duration::ZERO), "0");
+        for text in ["72h", "27h 35m 5s", "1s 500ms", "50ms"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
     }
 
     #[test]

@@ -2,12 +2,14 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use idempotent_receiver::config::Settings;
 use idempotent_receiver::handlers::Registry;
+use idempotent_receiver::maintenance::{self, PurgeOptions, RetentionPolicy};
 use idempotent_receiver::providers::{self, Provider, ProviderSpec};
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::telemetry::{self, LogFormat};
-use idempotent_receiver::{client, fixtures, maintenance, store::Store};
+use idempotent_receiver::{client, fixtures, store::Store};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Verifies signed webhooks and processes every delivery exactly once.
 #[derive(Parser)]
@@ -67,6 +69,35 @@ enum Command {
         #[arg(long, default_value = "tests/fixtures")]
         dir: PathBuf,
     },
+    /// Delete the keys that have outlived their retention, as serve's background purge does.
+    ///
+    /// Deletes rows of `deliveries` only: completed keys received longer ago than
+    /// their scope's retention (an endpoint's own `retention`, else the global one),
+    /// and in-progress claims as old whose lease has expired too. A claim with a
+    /// live lease is never deleted. Rows go in batches of `purge_batch`, one short
+    /// transaction each, `purge_pause` apart. Prints the count per endpoint or
+    /// client-key scope, and the total. Applies pending migrations first, as serve
+    /// does. events, ledger_entries and payments are never touched. A repeat of a
+    /// purged key runs again, exactly as it would once the retention has passed.
+    Purge {
+        /// Count what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Use this retention for every key, instead of the configured ones (e.g. 72h, 30m).
+        #[arg(long, value_name = "DURATION", value_parser = parse_retention)]
+        older_than: Option<Duration>,
+    },
+}
+
+/// `--older-than`: a duration, never zero — zero would forget every key at
+/// once, live idempotency included.
+fn parse_retention(text: &str) -> Result<Duration, String> {
+    match idempotent_receiver::config::parse_duration(text)? {
+        zero if zero.is_zero() => {
+            Err("0 would delete every key; give a retention such as 72h".into())
+        }
+        retention => Ok(retention),
+    }
 }
 
 #[derive(clap::Args)]
@@ -176,6 +207,10 @@ async fn run() -> anyhow::Result<()> {
             println!("HTTP {}", response.status);
             println!("{}", String::from_utf8_lossy(&response.body));
         }
+        Command::Purge {
+            dry_run,
+            older_than,
+        } => purge(&settings, dry_run, older_than).await?,
         Command::Fixtures { dir } => {
             let written = fixtures::write_all(&dir)?;
             println!(
@@ -194,6 +229,33 @@ async fn operator_webhooks(
 ) -> anyhow::Result<idempotent_receiver::webhooks::Webhooks> {
     let store = startup::open_store(settings).await?;
     Ok(startup::webhooks(settings, store, &Registry::builtin())?)
+}
+
+async fn purge(
+    settings: &Settings,
+    dry_run: bool,
+    older_than: Option<Duration>,
+) -> anyhow::Result<()> {
+    let store = startup::open_store(settings).await?;
+    let policy = match older_than {
+        Some(retention) => RetentionPolicy::uniform(retention),
+        None => RetentionPolicy::from_settings(settings),
+    };
+    let options = PurgeOptions {
+        dry_run,
+        ..PurgeOptions::from_settings(&settings.purge)
+    };
+    match maintenance::purge(&store, &policy, &options).await {
+        Ok(report) => {
+            print!("{report}");
+            Ok(())
+        }
+        Err(error) => {
+            // What was deleted before the failure is committed: say so.
+            print!("{}", error.report);
+            Err(error.into())
+        }
+    }
 }
 
 fn sign(settings: &Settings, args: SignArgs) -> anyhow::Result<()> {

@@ -1,10 +1,11 @@
 //! Wiring: settings → store (migrated) → engine → faces → a running server.
 
 use crate::client_keys::{Idempotency, TenantSource};
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, Settings, format_duration};
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
+use crate::maintenance::{PurgeTask, short_retentions};
 use crate::payments;
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::webhooks::{Endpoint, Webhooks};
@@ -103,6 +104,7 @@ pub fn webhooks(
             provider: endpoint.provider.clone(),
             handlers,
             max_body: endpoint.max_body_bytes,
+            retention: endpoint.retention,
         });
     }
     Ok(Webhooks::new(engine, endpoints))
@@ -113,6 +115,7 @@ pub struct Application {
     port: u16,
     server: Server,
     store: Store,
+    purge: Option<PurgeTask>,
 }
 
 impl Application {
@@ -189,14 +192,34 @@ impl Application {
                 endpoint = %endpoint.name,
                 provider = endpoint.provider.name(),
                 url = %format!("http://{}:{port}/webhooks/{}", host_of(&settings.listen), endpoint.name),
+                retention = %format_duration(settings.retention_of(endpoint)),
+                retry_window = %endpoint.provider.retry_window().describe(),
                 "endpoint ready"
             );
+        }
+        for short in short_retentions(settings) {
+            tracing::warn!(
+                endpoint = %short.endpoint,
+                retention = %format_duration(short.retention),
+                retry_window = %format_duration(short.window),
+                "{short}"
+            );
+        }
+        let purge = PurgeTask::from_settings(settings, store.clone());
+        match &purge {
+            Some(task) => tracing::info!(
+                every = %format_duration(task.interval()),
+                batch = settings.purge.batch,
+                "expired keys are purged in the background"
+            ),
+            None => tracing::info!("the background purge is off (purge_interval = \"0\")"),
         }
         tracing::info!(database = %settings.database.redacted(), port, "listening");
         Ok(Application {
             port,
             server,
             store,
+            purge,
         })
     }
 
@@ -212,8 +235,15 @@ impl Application {
         &self.server
     }
 
+    /// Serves until the server stops, running the background purge beside
+    /// it (see [`PurgeTask`]); the purge stops with the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let purge = self.purge.map(PurgeTask::spawn);
+        let stopped = self.server.await;
+        if let Some(purge) = purge {
+            purge.abort();
+        }
+        stopped
     }
 }
 

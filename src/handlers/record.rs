@@ -2,6 +2,7 @@ use super::{Event, Handler, HandlerError};
 use crate::store::DbConn;
 use crate::store::schema::events;
 use crate::with_conn;
+use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
 use serde_json::{Value, json};
 
@@ -25,9 +26,20 @@ impl Handler for Record {
             events::payload.eq(payload.as_ref()),
             events::recorded_at.eq(event.received_at),
         );
+        // A key runs again once its retention has passed (purged or not),
+        // and this table is never purged: the row of that earlier run is
+        // still here. The new run's payload replaces it — it is what was
+        // processed last — instead of failing every retry on the primary key.
         with_conn!(conn, |c| {
             diesel::insert_into(events::table)
                 .values(row)
+                .on_conflict((events::endpoint, events::delivery_id))
+                .do_update()
+                .set((
+                    events::event_type.eq(excluded(events::event_type)),
+                    events::payload.eq(excluded(events::payload)),
+                    events::recorded_at.eq(excluded(events::recorded_at)),
+                ))
                 .execute(c)
                 .await
         })?;

@@ -1,11 +1,31 @@
-//! Work on stored keys outside the request path: reconciling claims abandoned
-//! mid-way, and operator reprocessing.
+//! Work on stored keys outside the request path.
+//!
+//! Keeping `deliveries` bounded: keys are remembered for their scope's
+//! retention, then deleted in short batches by [`purge()`] — on demand
+//! (`idempotent-receiver purge`) or every `purge_interval` by the
+//! [`PurgeTask`] that `serve` runs — and [`short_retentions`] tells at
+//! start-up which endpoints forget keys before their provider stops
+//! retrying. Only `deliveries` (and its history) is purged: `events`,
+//! `ledger_entries` and `payments` are domain data and stay.
+//!
+//! Claims abandoned mid-way are reconciled ([`reconcile()`]), and an operator
+//! can run a stored delivery again ([`reprocess()`]).
 
+mod policy;
+mod purge;
 mod reconcile;
+mod report;
 mod reprocess;
+mod retention_check;
+mod schedule;
 
+pub use policy::RetentionPolicy;
+pub use purge::{PurgeError, PurgeOptions, purge};
 pub use reconcile::{ReconcileReport, reconcile, reconcile_every};
+pub use report::{PurgeReport, ScopeCounts};
 pub use reprocess::{ReprocessError, reprocess};
+pub use retention_check::{ShortRetention, short_retentions};
+pub use schedule::PurgeTask;
 
 use crate::handlers::Event;
 use crate::store::DeliveryRow;

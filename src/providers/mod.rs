@@ -9,6 +9,7 @@ mod paddle;
 #[cfg(test)]
 mod proptests;
 mod rejection;
+mod retry_window;
 mod secrets;
 mod shopify;
 mod signature_list;
@@ -23,6 +24,7 @@ pub use github::GitHub;
 pub use hmac::GenericHmac;
 pub use paddle::Paddle;
 pub use rejection::Rejection;
+pub use retry_window::{RETRY_WINDOWS, RetryWindow, retry_window_of};
 pub use shopify::Shopify;
 pub use slack::Slack;
 pub use spec::{Encoding, HmacSpec, ProviderSpec};
@@ -73,6 +75,15 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// new, so the receiver also refuses a second delivery of the same body.
     fn delivery_id_is_signed(&self) -> bool {
         true
+    }
+
+    /// How long the provider keeps retrying a failed delivery, as it
+    /// documents it; a retention shorter than this lets a legitimate retry
+    /// run twice. The values and their sources are one table,
+    /// [`RETRY_WINDOWS`] (Stripe and Paddle 3 days, Svix about 28 h, Shopify
+    /// 4 h, Slack minutes, GitHub none).
+    fn retry_window(&self) -> RetryWindow {
+        retry_window_of(self.name())
     }
 
     /// The headers the provider would send for `input.body`, signed with the

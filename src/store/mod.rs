@@ -5,6 +5,7 @@
 
 mod deliveries;
 mod error;
+mod expired;
 mod history;
 mod migrate;
 mod pool;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use error::StoreError;
+pub use expired::{ExpiredKey, ExpiredKind, Expiry, Scopes};
 pub use history::HistoryEntry;
 pub use pool::{DatabaseUrl, StoreOptions};
 

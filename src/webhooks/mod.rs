@@ -19,6 +19,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The default body limit of an endpoint: 1 MiB, checked before hashing.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -29,6 +30,9 @@ pub struct Endpoint {
     pub provider: Arc<dyn Provider>,
     pub handlers: Vec<(String, Arc<dyn Handler>)>,
     pub max_body: usize,
+    /// This endpoint's own retention (`[endpoints.NAME] retention`); `None`:
+    /// the engine's, which is the global one.
+    pub retention: Option<Duration>,
 }
 
 /// The clock that signed timestamps are checked against.
@@ -169,7 +173,7 @@ fn verify(
         scope: endpoint.name.clone(),
         key: delivery_id.clone(),
         body_key: (!endpoint.provider.delivery_id_is_signed()).then(|| fingerprint.clone()),
-        retention: None,
+        retention: endpoint.retention,
         payload: Some(body.clone()),
         fingerprint,
         event_type: event_type.clone(),

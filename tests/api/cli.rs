@@ -121,10 +121,28 @@ fn every_command_has_help() {
         &["serve", "--help"],
         &["migrate", "--help"],
         &["send", "--help"],
+        &["purge", "--help"],
     ] {
         let output = Command::new(BIN).args(command).output().unwrap();
         assert!(output.status.success(), "{command:?}");
         assert!(String::from_utf8_lossy(&output.stdout).contains("Usage"));
+    }
+    let help = Command::new(BIN)
+        .args(["purge", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for documented in [
+        "--dry-run",
+        "--older-than",
+        "retention",
+        "live lease",
+        "ledger_entries",
+    ] {
+        assert!(
+            help.contains(documented),
+            "purge --help should mention {documented}: {help}"
+        );
     }
 }
 

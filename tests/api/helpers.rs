@@ -84,9 +84,13 @@ enum Isolation {
 
 pub struct TestApp {
     pub address: String,
-    pub settings: Settings,
     pub registry: Registry,
     pub store: Store,
+    /// The settings the app runs with (endpoints, retentions, purge).
+    pub settings: Settings,
+    /// The app's own database (a SQLite file, or a PostgreSQL URL whose
+    /// `search_path` is the test's schema), for the binary to use too.
+    pub database_url: String,
     pub client: reqwest::Client,
     pub provider: Arc<dyn Provider>,
     server: actix_web::dev::ServerHandle,
@@ -478,6 +482,7 @@ impl TestAppBuilder {
             top = self.top_level,
         );
         let data = data_dir.path().to_string_lossy().to_string();
+        let database_url = url.clone();
         let env = move |name: &str| match name {
             "DATABASE_URL" => Some(url.clone()),
             "IR_DATA_DIR" => Some(data.clone()),
@@ -515,9 +520,10 @@ impl TestAppBuilder {
             .clone();
         Some(TestApp {
             address: format!("http://127.0.0.1:{port}"),
-            settings,
             registry: self.registry,
             store,
+            settings,
+            database_url,
             client: reqwest::Client::new(),
             provider,
             server,

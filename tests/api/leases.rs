@@ -463,6 +463,17 @@ async fn reprocessing(backend: Backend) {
         maintenance::reprocess(&app.webhooks(), ENDPOINT, "msg_nope", "alice").await,
         Err(maintenance::ReprocessError::NotFound { .. })
     ));
+
+    // Past the retention, the purge forgets the key and its history together.
+    app.age_delivery("msg_bug", chrono::TimeDelta::days(4))
+        .await;
+    let policy = maintenance::RetentionPolicy::from_settings(&app.settings);
+    let options = maintenance::PurgeOptions::from_settings(&app.settings.purge);
+    maintenance::purge(&app.store, &policy, &options)
+        .await
+        .unwrap();
+    assert!(app.delivery("msg_bug").await.is_none());
+    assert!(history_kinds(&app, "msg_bug").await.is_empty());
     app.teardown().await;
 }
 

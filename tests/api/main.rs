@@ -13,3 +13,4 @@ mod fixtures;
 mod leases;
 mod outage;
 mod providers;
+mod purge;

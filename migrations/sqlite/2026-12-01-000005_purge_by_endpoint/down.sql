@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS deliveries_endpoint_received_at;

@@ -1,0 +1,192 @@
+use super::{PurgeReport, RetentionPolicy};
+use crate::config::PurgeSettings;
+use crate::store::{ExpiredKey, ExpiredKind, Expiry, Scopes, Store, StoreError};
+use chrono::{NaiveDateTime, TimeDelta, Utc};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How a purge runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeOptions {
+    /// Rows per transaction. Each batch is one short transaction, so that a
+    /// delivery arriving meanwhile waits for one batch at most, never for
+    /// the whole purge (SQLite has a single writer; on PostgreSQL a claim on
+    /// a key being deleted waits for the row).
+    pub batch: usize,
+    /// The pause between batches, which lets waiting writers in.
+    pub pause: Duration,
+    /// Count what has expired, delete nothing.
+    pub dry_run: bool,
+}
+
+impl PurgeOptions {
+    pub fn from_settings(settings: &PurgeSettings) -> PurgeOptions {
+        PurgeOptions {
+            batch: settings.batch,
+            pause: settings.pause,
+            dry_run: false,
+        }
+    }
+}
+
+/// A purge that failed part of the way: the batches before the failure are
+/// committed and counted in `report`; the failed batch rolled back.
+#[derive(Debug, thiserror::Error)]
+#[error("the purge stopped after deleting {} expired key(s)", report.total())]
+pub struct PurgeError {
+    pub report: Box<PurgeReport>,
+    #[source]
+    pub source: StoreError,
+}
+
+/// Deletes the keys of `deliveries` that have outlived their scope's
+/// retention under `policy` — completed keys, and abandoned claims whose
+/// lease expired too — in batches of `options.batch`, oldest first, and
+/// says how many went from which scope. Claims with a live lease stay,
+/// however old. With `options.dry_run` it only counts.
+///
+/// Endpoints with their own retention are purged with their own cut-off,
+/// everything else with the policy's default. The clock is read once, so
+/// that a long purge does not chase keys that expire while it runs.
+pub async fn purge(
+    store: &Store,
+    policy: &RetentionPolicy,
+    options: &PurgeOptions,
+) -> Result<PurgeReport, PurgeError> {
+    let started = Instant::now();
+    let now = Utc::now().naive_utc();
+    let mut report = PurgeReport::new(options.dry_run);
+    let own: Vec<String> = policy.endpoints.keys().cloned().collect();
+    let mut rules: Vec<(Scopes<'_>, Duration)> = policy
+        .endpoints
+        .iter()
+        .map(|(name, retention)| (Scopes::Only(name), *retention))
+        .collect();
+    rules.push((Scopes::AllBut(&own), policy.default));
+
+    for (scopes, retention) in rules {
+        let expiry = Expiry {
+            scopes,
+            cutoff: cutoff(now, retention),
+            now,
+        };
+        let result = if options.dry_run {
+            count(store, &expiry, retention, &mut report).await
+        } else {
+            delete_in_batches(store, &expiry, retention, options, &mut report).await
+        };
+        if let Err(source) = result {
+            report.elapsed = started.elapsed();
+            return Err(PurgeError {
+                report: Box::new(report),
+                source,
+            });
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// The instant at or before which a key received has expired. A retention
+/// too long to subtract means nothing has expired.
+fn cutoff(now: NaiveDateTime, retention: Duration) -> NaiveDateTime {
+    TimeDelta::from_std(retention)
+        .ok()
+        .and_then(|retention| now.checked_sub_signed(retention))
+        .unwrap_or(NaiveDateTime::MIN)
+}
+
+async fn count(
+    store: &Store,
+    expiry: &Expiry<'_>,
+    retention: Duration,
+    report: &mut PurgeReport,
+) -> Result<(), StoreError> {
+    let counts = store.conn().await?.count_expired(expiry).await?;
+    for (scope, kind, n) in counts {
+        report.add(&scope, retention, kind, n);
+    }
+    Ok(())
+}
+
+async fn delete_in_batches(
+    store: &Store,
+    expiry: &Expiry<'_>,
+    retention: Duration,
+    options: &PurgeOptions,
+    report: &mut PurgeReport,
+) -> Result<(), StoreError> {
+    let batch = options.batch.max(1);
+    loop {
+        // Read outside the transaction: on SQLite a read that is later
+        // upgraded to a write can fail at once (SQLITE_BUSY_SNAPSHOT) when
+        // another writer committed in between; a transaction that starts
+        // with its DELETE just waits its turn for the write lock.
+        let keys = store.conn().await?.expired_keys(expiry, batch).await?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let deleted = delete_batch(store, expiry, &keys).await?;
+        let rows: u64 = deleted.iter().map(|(_, _, n)| n).sum();
+        if rows > 0 {
+            report.batches += 1;
+            report.largest_batch = report
+                .largest_batch
+                .max(usize::try_from(rows).unwrap_or(usize::MAX));
+        }
+        for (scope, kind, n) in deleted {
+            report.add(&scope, retention, kind, n);
+        }
+        if keys.len() < batch {
+            return Ok(());
+        }
+        tokio::time::sleep(options.pause).await;
+    }
+}
+
+/// Deletes one batch of keys in one transaction, one statement per scope
+/// and kind, and returns what each statement deleted. Either the whole
+/// batch commits or none of it.
+async fn delete_batch(
+    store: &Store,
+    expiry: &Expiry<'_>,
+    keys: &[ExpiredKey],
+) -> Result<Vec<(String, ExpiredKind, u64)>, StoreError> {
+    let mut groups: BTreeMap<(&str, ExpiredKind), Vec<&str>> = BTreeMap::new();
+    for key in keys {
+        groups
+            .entry((key.scope.as_str(), key.kind))
+            .or_default()
+            .push(key.delivery_id.as_str());
+    }
+    let mut tx = store.begin().await?;
+    let mut deleted = Vec::with_capacity(groups.len());
+    for ((scope, kind), ids) in &groups {
+        match tx.conn().delete_expired(expiry, scope, *kind, ids).await {
+            Ok(n) => deleted.push(((*scope).to_owned(), *kind, n as u64)),
+            Err(error) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(error = %rollback, "rollback failed; the connection is discarded");
+                }
+                return Err(error);
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retention_too_long_to_subtract_expires_nothing() {
+        let now = Utc::now().naive_utc();
+        assert_eq!(cutoff(now, Duration::MAX), NaiveDateTime::MIN);
+        assert_eq!(
+            cutoff(now, Duration::from_secs(3600)),
+            now - TimeDelta::hours(1)
+        );
+    }
+}

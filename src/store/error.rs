@@ -34,6 +34,9 @@ impl From<DieselError> for StoreError {
                 } else if matches!(kind, DatabaseErrorKind::ClosedConnection)
                     || message.contains("database is locked")
                     || message.contains("connection closed")
+                    // tokio-postgres's I/O error: the socket was reset, e.g.
+                    // by a PostgreSQL that crashed or was stopped `immediate`.
+                    || message.contains("error communicating with the server")
                     || message.contains("terminating connection")
                     || message.contains("the database system is")
                 {

@@ -48,6 +48,7 @@
 //! # }
 //! ```
 
+pub mod body;
 pub mod client;
 pub mod client_keys;
 pub mod config;

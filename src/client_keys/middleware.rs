@@ -7,11 +7,9 @@ use crate::reply;
 use crate::store::StoredResponse;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
-use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, LOCATION};
+use actix_web::http::header::{CONTENT_TYPE, HeaderName, LOCATION};
 use actix_web::http::{Method, StatusCode};
 use actix_web::{Error, HttpMessage};
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
 use futures_util::future::LocalBoxFuture;
 use std::future::{Ready, ready};
 use std::rc::Rc;
@@ -163,7 +161,8 @@ where
     if key.is_none() && config.required {
         return refuse(req, missing_key());
     }
-    let body = match read_limited(&mut req, config.max_body).await {
+    let payload = req.take_payload();
+    let body = match crate::body::read_limited(req.headers(), payload, config.max_body).await {
         Ok(body) => body,
         Err(problem) => return refuse(req, problem),
     };
@@ -300,27 +299,6 @@ where
             reply::respond(Err::<_, EngineError>(error)),
         )),
     }
-}
-
-async fn read_limited(req: &mut ServiceRequest, limit: usize) -> Result<Bytes, Problem> {
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(Problem::payload_too_large(limit));
-    }
-    let mut payload = req.take_payload();
-    let mut body = BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| Problem::unreadable_body())?;
-        if body.len() + chunk.len() > limit {
-            return Err(Problem::payload_too_large(limit));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
 }
 
 fn tenant_of(source: &TenantSource, req: &ServiceRequest) -> Option<String> {

@@ -10,11 +10,10 @@ use crate::handlers::{Event, Handler};
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
 use crate::reply;
-use actix_web::http::header::{CONTENT_LENGTH, HeaderMap};
+use actix_web::http::header::HeaderMap;
 use actix_web::{HttpRequest, HttpResponse, web};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -97,7 +96,8 @@ async fn receive(
     let Some(endpoint) = webhooks.endpoint(&path).cloned() else {
         return Problem::unknown_endpoint(&path).to_response();
     };
-    let body = match read_limited(request.headers(), payload, endpoint.max_body).await {
+    let body = match crate::body::read_limited(request.headers(), payload, endpoint.max_body).await
+    {
         Ok(body) => body,
         Err(problem) => return problem.to_response(),
     };
@@ -126,30 +126,6 @@ async fn receive(
     };
     span.record("outcome", reply::outcome_name(&result));
     reply::respond(result)
-}
-
-/// Reads the body, refusing it as soon as it is known to exceed `limit`.
-async fn read_limited(
-    headers: &HeaderMap,
-    mut payload: web::Payload,
-    limit: usize,
-) -> Result<Bytes, Problem> {
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(Problem::payload_too_large(limit));
-    }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|_| Problem::unreadable_body())?;
-        if body.len() + chunk.len() > limit {
-            return Err(Problem::payload_too_large(limit));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body.freeze())
 }
 
 /// Verifies the delivery and extracts its key and event.

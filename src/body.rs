@@ -1,0 +1,35 @@
+//! Reading a request body under a limit, before anything hashes or parses it.
+
+use crate::problem::Problem;
+use actix_web::http::header::{CONTENT_LENGTH, HeaderMap};
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+
+/// Reads `payload` whole, refusing it as soon as it is known to exceed
+/// `limit`: from `Content-Length` before reading anything, else while
+/// reading, so an oversized body is never buffered.
+pub async fn read_limited<S, E>(
+    headers: &HeaderMap,
+    mut payload: S,
+    limit: usize,
+) -> Result<Bytes, Problem>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(Problem::payload_too_large(limit));
+    }
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| Problem::unreadable_body())?;
+        if body.len() + chunk.len() > limit {
+            return Err(Problem::payload_too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}

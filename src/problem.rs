@@ -53,6 +53,12 @@ impl Problem {
         self
     }
 
+    /// The `type`'s suffix (`invalid-signature`): one of the fixed causes
+    /// in this module, so it can label a metric.
+    pub fn slug(&self) -> &str {
+        self.kind.strip_prefix(TYPE_PREFIX).unwrap_or(&self.kind)
+    }
+
     pub fn body(&self) -> Vec<u8> {
         // Serialising a struct of strings and integers cannot fail.
         serde_json::to_vec(self).unwrap_or_default()

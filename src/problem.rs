@@ -189,3 +189,16 @@ impl From<&Rejection> for Problem {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_problems_slug_is_its_type_without_the_prefix() {
+        assert_eq!(Problem::key_reused().slug(), "key-reused");
+        let rejection = Problem::from(&Rejection::InvalidSignature);
+        assert_eq!(rejection.slug(), "invalid-signature");
+        assert_eq!(rejection.kind, format!("{TYPE_PREFIX}invalid-signature"));
+    }
+}

@@ -92,7 +92,7 @@ where
         let span = tracing::info_span!(
             "request",
             request_id = %id,
-            method,
+            method = %method,
             route = %route,
             status = tracing::field::Empty,
             duration_ms = tracing::field::Empty,

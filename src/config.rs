@@ -66,12 +66,24 @@ pub struct Settings {
     pub purge: PurgeSettings,
 }
 
-#[derive(Debug, Clone)]
+/// Its `Debug` masks the URL's password: a downstream's URL may carry one.
+#[derive(Clone)]
 pub struct ForwarderSettings {
     pub name: String,
     pub url: String,
     pub timeout: Duration,
     pub retries: u32,
+}
+
+impl std::fmt::Debug for ForwarderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwarderSettings")
+            .field("name", &self.name)
+            .field("url", &crate::secret::redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
 }
 
 #[derive(Deserialize)]
@@ -664,6 +676,33 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(!message.contains("sup3r"), "{message}");
+    }
+
+    #[test]
+    fn debug_of_the_settings_shows_no_secret_password_or_token() {
+        let text = format!(
+            "database_url = \"postgres://app:db-pass-1@db/ir?password=db-pass-2\"\n[forwarders.ship]\nurl = \"https://svc:fwd-pass@ship.test/events\"\n[endpoints.a]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nsecrets_env = \"A_SECRETS\"\n[endpoints.g]\nprovider = \"github\"\nsecrets = [\"gh-plain-secret\"]\n"
+        );
+        let env = |name: &str| {
+            (name == "A_SECRETS").then(|| "whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg=".to_owned())
+        };
+        let settings = Settings::parse(&text, "receiver.toml", &env).unwrap();
+        let debug = format!("{settings:?}");
+        for secret in [
+            "db-pass-1",
+            "db-pass-2",
+            "fwd-pass",
+            &SECRET[6..],
+            "c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg",
+            "gh-plain-secret",
+        ] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        let spec = ProviderSpec {
+            secrets: vec!["spec-secret".into()],
+            ..ProviderSpec::default()
+        };
+        assert!(!format!("{spec:?}").contains("spec-secret"));
     }
 
     #[test]

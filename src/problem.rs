@@ -53,6 +53,12 @@ impl Problem {
         self
     }
 
+    /// The `type`'s suffix (`invalid-signature`): one of the fixed causes
+    /// in this module, so it can label a metric.
+    pub fn slug(&self) -> &str {
+        self.kind.strip_prefix(TYPE_PREFIX).unwrap_or(&self.kind)
+    }
+
     pub fn body(&self) -> Vec<u8> {
         // Serialising a struct of strings and integers cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
@@ -181,5 +187,18 @@ impl From<&Rejection> for Problem {
                 detail,
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_problems_slug_is_its_type_without_the_prefix() {
+        assert_eq!(Problem::key_reused().slug(), "key-reused");
+        let rejection = Problem::from(&Rejection::InvalidSignature);
+        assert_eq!(rejection.slug(), "invalid-signature");
+        assert_eq!(rejection.kind, format!("{TYPE_PREFIX}invalid-signature"));
     }
 }

@@ -18,7 +18,7 @@ pub fn outcome_name(result: &Result<Outcome, EngineError>) -> &'static str {
         Ok(Outcome::Processed(_)) => "processed",
         Ok(Outcome::Replayed(_)) => "replayed",
         Ok(Outcome::InProgress { .. }) => "in_progress",
-        Ok(Outcome::Mismatch) => "mismatch",
+        Ok(Outcome::Mismatch) => "key_reused",
         Err(EngineError::Store(e)) if e.is_transient() => "unavailable",
         Err(EngineError::LeaseLost) => "lease_lost",
         Err(_) => "failed",

@@ -8,6 +8,7 @@ use crate::health;
 use crate::maintenance::{PurgeTask, short_retentions};
 use crate::payments;
 use crate::store::{Store, StoreError, StoreOptions};
+use crate::telemetry::{self, request_id::RequestIds};
 use crate::webhooks::{Endpoint, Webhooks};
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, web};
@@ -167,8 +168,16 @@ impl Application {
         }
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
+        let metrics_handle = telemetry::metrics::install();
         let mut server = HttpServer::new(move || {
             App::new()
+                // Outermost: every answer, a 404 or an inner middleware's
+                // error included, carries the request id.
+                .wrap(RequestIds)
+                .configure(telemetry::metrics::configure(
+                    health_store.clone(),
+                    metrics_handle.clone(),
+                ))
                 .configure(|cfg| webhooks.configure(cfg))
                 .configure(payments::configure(
                     health_store.clone(),

@@ -1,5 +1,9 @@
 //! Logging: human-readable by default, JSON with `--log-format json`. The
-//! level comes from `RUST_LOG` (default `info`).
+//! level comes from `RUST_LOG` (default `info`). Request ids
+//! ([`request_id`]) and Prometheus metrics ([`metrics`]) live beside it.
+
+pub mod metrics;
+pub mod request_id;
 
 use tracing_subscriber::EnvFilter;
 
@@ -10,6 +14,11 @@ pub enum LogFormat {
 }
 
 /// Installs the global subscriber; a second call (as in tests) is a no-op.
+///
+/// In JSON every line is one object: the event's fields at the top level,
+/// `span` (the innermost span with its fields) and `spans` (every span
+/// from the outermost, `request`, inwards), so that a line can be found
+/// by its request id or its delivery id alike.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -21,6 +30,7 @@ pub fn init(format: LogFormat) {
             .json()
             .flatten_event(true)
             .with_current_span(true)
+            .with_span_list(true)
             .try_init(),
     };
 }

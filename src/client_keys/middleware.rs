@@ -1,10 +1,11 @@
 use super::fingerprint::fingerprint;
 use super::key::{self, KeyError};
 use super::tx::{Slot, Unit};
-use crate::engine::{Claim, ClaimRequest, Engine, EngineError};
+use crate::engine::{Claim, ClaimRequest, Engine, EngineError, Outcome};
 use crate::problem::Problem;
 use crate::reply;
 use crate::store::StoredResponse;
+use crate::telemetry::metrics;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::header::{CONTENT_TYPE, HeaderName, LOCATION};
@@ -141,30 +142,55 @@ where
 async fn handle<S, B>(
     config: &Idempotency,
     service: &S,
-    mut req: ServiceRequest,
+    req: ServiceRequest,
 ) -> Result<ServiceResponse<BoxBody>, Error>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
     B: MessageBody + 'static,
 {
-    if !matches!(*req.method(), Method::POST | Method::PATCH) {
-        return Ok(service.call(req).await?.map_into_boxed_body());
+    // The pattern, never the raw path, labels the metric.
+    let pattern = req.match_pattern();
+    let (result, outcome) = run(config, service, req).await;
+    if let Some(outcome) = outcome {
+        tracing::Span::current().record("outcome", outcome);
+        metrics::client_key_request(pattern.as_deref().unwrap_or("unmatched"), outcome);
     }
-    let refuse =
-        |req: ServiceRequest, problem: Problem| Ok(req.into_response(problem.to_response()));
+    result
+}
+
+/// What became of a keyed request (`None`: a method that takes no key).
+type Handled = (
+    Result<ServiceResponse<BoxBody>, Error>,
+    Option<&'static str>,
+);
+
+async fn run<S, B>(config: &Idempotency, service: &S, mut req: ServiceRequest) -> Handled
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
+    B: MessageBody + 'static,
+{
+    if !matches!(*req.method(), Method::POST | Method::PATCH) {
+        return (
+            service.call(req).await.map(|r| r.map_into_boxed_body()),
+            None,
+        );
+    }
+    let refuse = |req: ServiceRequest, problem: Problem, outcome: &'static str| {
+        (Ok(req.into_response(problem.to_response())), Some(outcome))
+    };
 
     // Everything refused before the claim stores nothing.
     let key = match key::from_headers(req.headers()) {
         Ok(key) => key,
-        Err(error) => return refuse(req, key_problem(&error)),
+        Err(error) => return refuse(req, key_problem(&error), "malformed_key"),
     };
     if key.is_none() && config.required {
-        return refuse(req, missing_key());
+        return refuse(req, missing_key(), "missing_key");
     }
     let payload = req.take_payload();
     let body = match crate::body::read_limited(req.headers(), payload, config.max_body).await {
         Ok(body) => body,
-        Err(problem) => return refuse(req, problem),
+        Err(problem) => return refuse(req, problem, "too_large"),
     };
     req.set_payload(Payload::from(body.clone()));
 
@@ -177,7 +203,7 @@ where
     let unit = match &key {
         None => match store.begin().await {
             Ok(tx) => Unit::Plain(tx),
-            Err(error) => return Ok(req.into_response(reply::respond(Err(error.into())))),
+            Err(error) => return engine_error(req, error.into()),
         },
         Some(key) => {
             span.record("key", key.as_str());
@@ -201,27 +227,25 @@ where
             match claim {
                 Ok(Claim::Fresh(pending)) => Unit::Keyed(pending),
                 Ok(Claim::Replay(stored)) => {
-                    span.record("outcome", "replayed");
                     let mut response = reply::stored_response(&stored);
                     response.headers_mut().insert(
                         HeaderName::from_static("idempotent-replayed"),
                         actix_web::http::header::HeaderValue::from_static("true"),
                     );
-                    return Ok(req.into_response(response));
+                    return (Ok(req.into_response(response)), Some("replayed"));
                 }
                 Ok(Claim::InProgress { retry_after }) => {
-                    span.record("outcome", "in_progress");
-                    return refuse(req, Problem::in_progress(retry_after));
+                    return refuse(req, Problem::in_progress(retry_after), "in_progress");
                 }
                 Ok(Claim::Mismatch) => {
-                    span.record("outcome", "mismatch");
-                    return refuse(req, mismatch_problem(config.mismatch));
+                    return refuse(req, mismatch_problem(config.mismatch), "key_reused");
                 }
-                Err(error) => return Ok(req.into_response(reply::respond(Err(error)))),
+                Err(error) => return engine_error(req, error),
             }
         }
     };
 
+    let keyed = key.is_some();
     let unit = Arc::new(Mutex::new(Some(unit)));
     req.extensions_mut().insert(Slot {
         unit: unit.clone(),
@@ -236,13 +260,28 @@ where
             if let Some(unit) = unit {
                 unit.release().await;
             }
-            return Err(error);
+            return (Err(error), Some("failed"));
         }
     };
-    let Some(unit) = unit.lock().await.take() else {
-        return Ok(response.map_into_boxed_body());
+    let taken = unit.lock().await.take();
+    let (result, outcome) = match taken {
+        Some(unit) => finish(unit, response).await,
+        None => (Ok(response.map_into_boxed_body()), "processed"),
     };
-    finish(unit, response).await
+    // A request without a key ran unprotected: say so rather than
+    // "processed", which promises a stored answer.
+    let outcome = match outcome {
+        "processed" if !keyed => "unkeyed",
+        outcome => outcome,
+    };
+    (result, Some(outcome))
+}
+
+/// The answer to a failed claim or transaction, and its outcome's name.
+fn engine_error(req: ServiceRequest, error: EngineError) -> Handled {
+    let result = Err(error);
+    let outcome = reply::outcome_name(&result);
+    (Ok(req.into_response(reply::respond(result))), Some(outcome))
 }
 
 /// Stores the handler's answer with the key and commits, or, for a 5xx,
@@ -250,15 +289,14 @@ where
 async fn finish<B>(
     unit: Unit,
     response: ServiceResponse<B>,
-) -> Result<ServiceResponse<BoxBody>, Error>
+) -> (Result<ServiceResponse<BoxBody>, Error>, &'static str)
 where
     B: MessageBody + 'static,
 {
     let status = response.status();
     if status.is_server_error() {
         unit.release().await;
-        tracing::Span::current().record("outcome", "released");
-        return Ok(response.map_into_boxed_body());
+        return (Ok(response.map_into_boxed_body()), "released");
     }
     let (request, response) = response.into_parts();
     let (head, body) = response.into_parts();
@@ -266,10 +304,13 @@ where
         Ok(body) => body,
         Err(_) => {
             unit.release().await;
-            return Ok(ServiceResponse::new(
-                request,
-                Problem::processing_failed().to_response(),
-            ));
+            return (
+                Ok(ServiceResponse::new(
+                    request,
+                    Problem::processing_failed().to_response(),
+                )),
+                "failed",
+            );
         }
     };
     let header = |name| {
@@ -285,19 +326,23 @@ where
         location: header(LOCATION),
     };
     match unit.finish(&stored).await {
-        Ok(()) => {
-            tracing::Span::current().record("outcome", "processed");
+        Ok(()) => (
             Ok(ServiceResponse::new(
                 request,
                 head.set_body(BoxBody::new(body)),
-            ))
-        }
+            )),
+            "processed",
+        ),
         // The handler's effects were rolled back: its answer must not be
         // given as if they had happened.
-        Err(error) => Ok(ServiceResponse::new(
-            request,
-            reply::respond(Err::<_, EngineError>(error)),
-        )),
+        Err(error) => {
+            let result = Err::<Outcome, _>(error);
+            let outcome = reply::outcome_name(&result);
+            (
+                Ok(ServiceResponse::new(request, reply::respond(result))),
+                outcome,
+            )
+        }
     }
 }
 

@@ -248,6 +248,7 @@ impl Engine {
         match self.claim_in(tx.conn(), request).await {
             Ok(Ok(claimed)) => {
                 if claimed.taken_over {
+                    crate::telemetry::metrics::lease_taken_over();
                     tracing::warn!(
                         attempt = claimed.attempt,
                         "took over a claim whose lease expired"

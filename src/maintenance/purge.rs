@@ -134,9 +134,17 @@ async fn delete_in_batches(
                 .largest_batch
                 .max(usize::try_from(rows).unwrap_or(usize::MAX));
         }
+        let (mut completed, mut abandoned) = (0, 0);
         for (scope, kind, n) in deleted {
+            match kind {
+                ExpiredKind::Completed => completed += n,
+                ExpiredKind::Abandoned => abandoned += n,
+            }
             report.add(&scope, retention, kind, n);
         }
+        // Per batch, as it commits: a purge that fails later still counts
+        // what it deleted.
+        crate::telemetry::metrics::purge_deleted(completed, abandoned);
         if keys.len() < batch {
             return Ok(());
         }

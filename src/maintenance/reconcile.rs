@@ -5,6 +5,7 @@
 use super::event_of;
 use crate::engine::{Claim, ClaimRequest, EngineError, Operation};
 use crate::handlers::Reconciled;
+use crate::telemetry::metrics;
 use crate::webhooks::{RunHandlers, Webhooks};
 use serde::Serialize;
 use std::time::Duration;
@@ -38,6 +39,7 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
         report.examined += 1;
         let Some(endpoint) = webhooks.endpoint(&row.endpoint).cloned() else {
             report.skipped += 1;
+            metrics::reconciled("skipped");
             continue;
         };
         let body = engine
@@ -48,6 +50,7 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
             .await?;
         let Some(event) = body.and_then(|body| event_of(&endpoint, &row, body)) else {
             report.skipped += 1;
+            metrics::reconciled("skipped");
             continue;
         };
         // Take the claim over first, fenced like any retry's takeover, so that
@@ -63,6 +66,7 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
         };
         let Claim::Fresh(pending) = engine.claim(&request).await? else {
             report.skipped += 1;
+            metrics::reconciled("skipped");
             continue;
         };
         let lease = pending.commit_claim().await?;
@@ -82,11 +86,13 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
         if unknown > 0 {
             // Our lease expires in turn and the next pass asks again.
             report.unknown += 1;
+            metrics::reconciled("unknown");
         } else if not_done > 0 {
             lease
                 .release(Some("reconciled: the outside work never happened"))
                 .await?;
             report.released += 1;
+            metrics::reconciled("released");
         } else {
             let mut pending = lease.begin().await?;
             let claimed = pending.claimed().clone();
@@ -104,11 +110,13 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
                         .await?;
                     pending.complete(&response).await?;
                     report.completed += 1;
+                    metrics::reconciled("completed");
                 }
                 Err(error) => {
                     let lease = pending.into_lease().await;
                     let _ = lease.fail(error).await;
                     report.released += 1;
+                    metrics::reconciled("released");
                 }
             }
         }

@@ -4,14 +4,28 @@ use super::mac::Algorithm;
 use serde::Deserialize;
 use std::time::Duration;
 
-/// Everything a provider is built from.
-#[derive(Debug, Clone, Default)]
+/// Everything a provider is built from. Its `Debug` counts the secrets and
+/// never shows them.
+#[derive(Clone, Default)]
 pub struct ProviderSpec {
     pub secrets: Vec<String>,
     /// `None`: the provider's own default. `Some(ZERO)`: no timestamp check.
     pub tolerance: Option<Duration>,
     /// The generic scheme's settings (`[endpoints.NAME.hmac]`).
     pub hmac: Option<HmacSpec>,
+}
+
+impl std::fmt::Debug for ProviderSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderSpec")
+            .field(
+                "secrets",
+                &format_args!("<{} redacted>", self.secrets.len()),
+            )
+            .field("tolerance", &self.tolerance)
+            .field("hmac", &self.hmac)
+            .finish()
+    }
 }
 
 impl ProviderSpec {

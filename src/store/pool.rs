@@ -10,7 +10,10 @@ use std::time::Duration;
 
 /// A parsed `database_url`: `sqlite://path/to/file.db` (relative or, with a
 /// third slash, absolute) or `postgres://...` / `postgresql://...`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` is [`DatabaseUrl::redacted`]: a URL may carry a password,
+/// and anything that prints settings must not print it.
+#[derive(Clone, PartialEq, Eq)]
 pub enum DatabaseUrl {
     Sqlite(PathBuf),
     Postgres(String),
@@ -39,22 +42,17 @@ impl DatabaseUrl {
     pub fn redacted(&self) -> String {
         match self {
             DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
-            DatabaseUrl::Postgres(url) => redact_password(url),
+            DatabaseUrl::Postgres(url) => crate::secret::redact_url(url),
         }
     }
 }
 
-fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => match rest[..at].split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***{}", &rest[at..]),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite(_) => write!(f, "Sqlite({:?})", self.redacted()),
+            DatabaseUrl::Postgres(_) => write!(f, "Postgres({:?})", self.redacted()),
+        }
     }
 }
 
@@ -212,5 +210,13 @@ mod tests {
         assert_eq!(url.redacted(), "postgres://app:***@db:5432/ir");
         let url = DatabaseUrl::parse("postgres://app@db/ir").unwrap();
         assert_eq!(url.redacted(), "postgres://app@db/ir");
+    }
+
+    #[test]
+    fn debug_shows_a_postgres_url_without_its_password() {
+        let url = DatabaseUrl::parse("postgres://app:hunter2@db/ir?password=hunter2").unwrap();
+        let debug = format!("{url:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("app:***@db"), "{debug}");
     }
 }

@@ -5,20 +5,23 @@ mod operation;
 
 pub use operation::RunHandlers;
 
-use crate::engine::{ClaimRequest, Engine};
+use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::handlers::{Event, Handler};
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
 use crate::reply;
+use crate::telemetry::metrics::{self, Conflict};
+use crate::telemetry::request_id::{AnswerLogged, millis};
 use actix_web::http::header::HeaderMap;
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// The default body limit of an endpoint: 1 MiB, checked before hashing.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -85,7 +88,7 @@ impl Webhooks {
 #[tracing::instrument(
     name = "webhook",
     skip_all,
-    fields(endpoint = %path, delivery_id, event_type, outcome)
+    fields(endpoint = %path, delivery_id, event_type, outcome, reason, duration_ms)
 )]
 async fn receive(
     request: HttpRequest,
@@ -93,39 +96,138 @@ async fn receive(
     payload: web::Payload,
     webhooks: web::Data<Webhooks>,
 ) -> HttpResponse {
-    let Some(endpoint) = webhooks.endpoint(&path).cloned() else {
-        return Problem::unknown_endpoint(&path).to_response();
+    let started = Instant::now();
+    let answered = answer(&request, &path, payload, &webhooks, started).await;
+    let span = tracing::Span::current();
+    span.record("outcome", answered.outcome);
+    if let Some(reason) = &answered.reason {
+        span.record("reason", reason.as_str());
+    }
+    span.record("duration_ms", millis(started.elapsed()));
+    let status = answered.response.status().as_u16();
+    match &answered.detail {
+        Some(detail) => tracing::info!(status, %detail, "delivery answered"),
+        None => tracing::info!(status, "delivery answered"),
+    }
+    // This line is the request's info line; the request's own closing line
+    // goes to debug.
+    request.extensions_mut().insert(AnswerLogged);
+    answered.response
+}
+
+/// A delivery's answer and how to log it.
+struct Answered {
+    response: HttpResponse,
+    /// `rejected`, or what the engine decided (see `reply::outcome_name`).
+    outcome: &'static str,
+    /// A refusal's problem type suffix.
+    reason: Option<String>,
+    /// Why it was refused, in words (never a secret: see `Rejection`).
+    detail: Option<String>,
+}
+
+impl Answered {
+    fn refused(problem: &Problem, detail: Option<String>) -> Answered {
+        Answered {
+            response: problem.to_response(),
+            outcome: "rejected",
+            reason: Some(problem.slug().to_owned()),
+            detail,
+        }
+    }
+}
+
+/// Verifies and processes one delivery, counting it in the metrics.
+async fn answer(
+    request: &HttpRequest,
+    name: &str,
+    payload: web::Payload,
+    webhooks: &Webhooks,
+    started: Instant,
+) -> Answered {
+    // An unknown endpoint is not counted per endpoint: its name comes from
+    // the request, and would make a time series per probe.
+    let Some(endpoint) = webhooks.endpoint(name).cloned() else {
+        return Answered::refused(&Problem::unknown_endpoint(name), None);
+    };
+    let provider = endpoint.provider.name();
+    metrics::delivery_received(&endpoint.name, provider);
+    let refuse = |problem: Problem, detail: Option<String>| {
+        metrics::delivery_rejected(&endpoint.name, provider, problem.slug(), started.elapsed());
+        Answered::refused(&problem, detail)
     };
     let body = match crate::body::read_limited(request.headers(), payload, endpoint.max_body).await
     {
         Ok(body) => body,
-        Err(problem) => return problem.to_response(),
+        Err(problem) => return refuse(problem, None),
     };
     let (claim, event) = match verify(&endpoint, request.headers(), body, (webhooks.clock)()) {
         Ok(verified) => verified,
         Err(rejection) => {
-            tracing::info!(%rejection, "delivery refused");
-            return Problem::from(&rejection).to_response();
+            return refuse(Problem::from(&rejection), Some(rejection.to_string()));
         }
     };
+    metrics::delivery_verified(&endpoint.name, provider);
     let span = tracing::Span::current();
     span.record("delivery_id", claim.key.as_str());
     span.record("event_type", claim.event_type.as_deref().unwrap_or(""));
 
     let engine = webhooks.engine().clone();
-    let operation = RunHandlers::new(endpoint, event);
+    let operation = RunHandlers::new(endpoint.clone(), event);
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to clean.
-    let task = actix_web::rt::spawn(async move { engine.process(&claim, &operation).await });
+    // The task carries the request's spans, so that the engine's lines name
+    // the request and the delivery.
+    let task = actix_web::rt::spawn(
+        async move { engine.process(&claim, &operation).await }.instrument(span),
+    );
     let result = match task.await {
         Ok(result) => result,
         Err(error) => {
             tracing::error!(%error, "processing task panicked");
-            return Problem::processing_failed().to_response();
+            let problem = Problem::processing_failed();
+            metrics::delivery_failed(&endpoint.name, provider, problem.slug(), started.elapsed());
+            return Answered {
+                response: problem.to_response(),
+                outcome: "failed",
+                reason: None,
+                detail: None,
+            };
         }
     };
-    span.record("outcome", reply::outcome_name(&result));
-    reply::respond(result)
+    count(&endpoint.name, provider, &result, started.elapsed());
+    Answered {
+        outcome: reply::outcome_name(&result),
+        response: reply::respond(result),
+        reason: None,
+        detail: None,
+    }
+}
+
+/// Counts what the engine decided for a verified delivery.
+fn count(
+    endpoint: &str,
+    provider: &'static str,
+    result: &Result<Outcome, EngineError>,
+    elapsed: Duration,
+) {
+    match result {
+        Ok(Outcome::Processed(_)) => metrics::delivery_processed(endpoint, provider, elapsed),
+        Ok(Outcome::Replayed(_)) => metrics::delivery_replayed(endpoint, provider, elapsed),
+        Ok(Outcome::InProgress { .. }) => {
+            metrics::delivery_conflict(endpoint, provider, Conflict::InProgress, elapsed)
+        }
+        Ok(Outcome::Mismatch) => {
+            metrics::delivery_conflict(endpoint, provider, Conflict::KeyReused, elapsed)
+        }
+        Err(EngineError::Store(e)) if e.is_transient() => {
+            metrics::delivery_failed(endpoint, provider, "storage-unavailable", elapsed)
+        }
+        Err(EngineError::LeaseLost) => {
+            metrics::delivery_failed(endpoint, provider, "lease-lost", elapsed)
+        }
+        Err(_) => metrics::delivery_failed(endpoint, provider, "processing-failed", elapsed),
+    }
 }
 
 /// Verifies the delivery and extracts its key and event.

@@ -11,6 +11,7 @@ mod delivery;
 mod failures;
 mod fixtures;
 mod leases;
+mod observability;
 mod outage;
 mod providers;
 mod purge;

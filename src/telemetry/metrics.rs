@@ -1,0 +1,347 @@
+//! Prometheus metrics: every metric's name, and the helpers that record
+//! them, live here, so that the rest of the code says what happened
+//! (`metrics::delivery_processed(endpoint, provider, elapsed)`) and the
+//! names and labels stay in one reviewable place.
+//!
+//! Labels are bounded on purpose: a configured endpoint, its provider, a
+//! route *pattern*, and small fixed sets (reasons, kinds, outcomes). Never
+//! a delivery id, an `Idempotency-Key`, a tenant or a raw path: each of
+//! those would make a new time series per request, and a tenant or key may
+//! be confidential.
+//!
+//! The recorder is process-wide ([`install`]); until it is installed (the
+//! operator commands, unit tests) every helper is a cheap no-op.
+
+use crate::store::{Backend, Store};
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
+use actix_web::{HttpResponse, web};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+pub const DELIVERIES_RECEIVED: &str = "ir_webhook_deliveries_received_total";
+pub const DELIVERIES_VERIFIED: &str = "ir_webhook_deliveries_verified_total";
+pub const DELIVERIES_REJECTED: &str = "ir_webhook_deliveries_rejected_total";
+pub const DELIVERIES_PROCESSED: &str = "ir_webhook_deliveries_processed_total";
+pub const DELIVERIES_REPLAYED: &str = "ir_webhook_deliveries_replayed_total";
+pub const DELIVERIES_FAILED: &str = "ir_webhook_deliveries_failed_total";
+pub const CONFLICTS: &str = "ir_webhook_conflicts_total";
+pub const PROCESSING_SECONDS: &str = "ir_webhook_processing_seconds";
+pub const LEASE_TAKEOVERS: &str = "ir_lease_takeovers_total";
+pub const PURGE_DELETED: &str = "ir_purge_deleted_keys_total";
+pub const RECONCILE_OUTCOMES: &str = "ir_reconcile_claims_total";
+pub const CLIENT_KEY_REQUESTS: &str = "ir_client_key_requests_total";
+pub const HTTP_REQUESTS: &str = "ir_http_requests_total";
+pub const POOL_MAX_SIZE: &str = "ir_db_pool_max_size";
+pub const POOL_SIZE: &str = "ir_db_pool_size";
+pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
+pub const POOL_WAITING: &str = "ir_db_pool_waiting";
+
+/// The Prometheus text format's content type.
+pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Buckets of the processing histogram, in seconds: a replay answers in a
+/// millisecond or two, a processed delivery in tens of milliseconds, and
+/// the upper end covers `in_progress_wait` (5 s) and slow forwarders.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// How often histogram samples are folded into their buckets when nobody
+/// scrapes: without it, samples pile up in memory between scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Why a conflict answered 409.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// Another attempt held the key past `in_progress_wait`.
+    InProgress,
+    /// The key was used before with another body.
+    KeyReused,
+}
+
+impl Conflict {
+    pub fn label(self) -> &'static str {
+        match self {
+            Conflict::InProgress => "in_progress",
+            Conflict::KeyReused => "key_reused",
+        }
+    }
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder, once: later calls (a test
+/// binary builds many apps in one process) return the same handle.
+///
+/// If another recorder is already installed (an embedder's own), that one
+/// keeps the metrics and this handle renders an empty page; a warning says
+/// so rather than failing start-up over metrics.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new();
+            // `set_buckets` only fails for an empty list, and ours is a
+            // non-empty constant; fall back to summaries rather than panic.
+            let builder = match builder.set_buckets(LATENCY_BUCKETS) {
+                Ok(builder) => builder,
+                Err(_) => PrometheusBuilder::new(),
+            };
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if ::metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("another metrics recorder is installed; /metrics will stay empty");
+            }
+            describe();
+            spawn_upkeep(handle.clone());
+            handle
+        })
+        .clone()
+}
+
+/// The handle [`install`] made, if it ran.
+pub fn handle() -> Option<PrometheusHandle> {
+    HANDLE.get().cloned()
+}
+
+fn spawn_upkeep(handle: PrometheusHandle) {
+    // A plain thread: the recorder outlives any one runtime (tests start and
+    // stop many), and upkeep is a few microseconds every few seconds.
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_EVERY);
+                handle.run_upkeep();
+            }
+        });
+    if let Err(error) = spawned {
+        // Scrapes still fold the samples in; only an unscraped process grows.
+        tracing::warn!(%error, "cannot start the metrics upkeep thread");
+    }
+}
+
+fn describe() {
+    use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        DELIVERIES_RECEIVED,
+        "Deliveries posted to a configured webhook endpoint."
+    );
+    describe_counter!(
+        DELIVERIES_VERIFIED,
+        "Deliveries whose signature, timestamp and key were valid."
+    );
+    describe_counter!(
+        DELIVERIES_REJECTED,
+        "Deliveries refused before anything was stored, by problem type (reason)."
+    );
+    describe_counter!(
+        DELIVERIES_PROCESSED,
+        "Deliveries whose handlers ran and whose answer was stored (a stored 422 included)."
+    );
+    describe_counter!(
+        DELIVERIES_REPLAYED,
+        "Repeats answered with the stored response."
+    );
+    describe_counter!(
+        DELIVERIES_FAILED,
+        "Deliveries that failed after verification and were released, by problem type (reason)."
+    );
+    describe_counter!(
+        CONFLICTS,
+        "Deliveries answered 409: another attempt holds the key (in_progress) or the key was used with another body (key_reused)."
+    );
+    describe_histogram!(
+        PROCESSING_SECONDS,
+        Unit::Seconds,
+        "Time from receiving a delivery to answering it, by outcome."
+    );
+    describe_counter!(
+        LEASE_TAKEOVERS,
+        "Claims taken over after their lease expired (by a retry or the reconciler)."
+    );
+    describe_counter!(
+        PURGE_DELETED,
+        "Expired keys deleted by the purge, by kind (completed, abandoned)."
+    );
+    describe_counter!(
+        RECONCILE_OUTCOMES,
+        "Abandoned claims examined by the reconciler, by outcome."
+    );
+    describe_counter!(
+        CLIENT_KEY_REQUESTS,
+        "Requests through the Idempotency-Key middleware, by route pattern and outcome."
+    );
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered, by method, route pattern and status."
+    );
+    describe_gauge!(POOL_MAX_SIZE, "The database pool's maximum size.");
+    describe_gauge!(
+        POOL_SIZE,
+        "Connections the database pool holds, in use or idle."
+    );
+    describe_gauge!(POOL_AVAILABLE, "Idle connections in the database pool.");
+    describe_gauge!(POOL_WAITING, "Callers waiting for a database connection.");
+}
+
+fn answered(endpoint: &str, provider: &'static str, outcome: &'static str, elapsed: Duration) {
+    ::metrics::histogram!(
+        PROCESSING_SECONDS,
+        "endpoint" => endpoint.to_owned(),
+        "provider" => provider,
+        "outcome" => outcome
+    )
+    .record(elapsed.as_secs_f64());
+}
+
+/// A delivery reached a configured endpoint.
+pub fn delivery_received(endpoint: &str, provider: &'static str) {
+    ::metrics::counter!(DELIVERIES_RECEIVED, "endpoint" => endpoint.to_owned(), "provider" => provider)
+        .increment(1);
+}
+
+/// Its signature (and timestamp, and key) checked out.
+pub fn delivery_verified(endpoint: &str, provider: &'static str) {
+    ::metrics::counter!(DELIVERIES_VERIFIED, "endpoint" => endpoint.to_owned(), "provider" => provider)
+        .increment(1);
+}
+
+/// It was refused before the engine saw it; `reason` is the problem type's
+/// suffix (`invalid-signature`, `payload-too-large`, ...).
+pub fn delivery_rejected(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
+    ::metrics::counter!(
+        DELIVERIES_REJECTED,
+        "endpoint" => endpoint.to_owned(),
+        "provider" => provider,
+        "reason" => reason.to_owned()
+    )
+    .increment(1);
+    answered(endpoint, provider, "rejected", elapsed);
+}
+
+/// Its handlers ran and the answer was stored.
+pub fn delivery_processed(endpoint: &str, provider: &'static str, elapsed: Duration) {
+    ::metrics::counter!(DELIVERIES_PROCESSED, "endpoint" => endpoint.to_owned(), "provider" => provider)
+        .increment(1);
+    answered(endpoint, provider, "processed", elapsed);
+}
+
+/// A repeat got the stored answer.
+pub fn delivery_replayed(endpoint: &str, provider: &'static str, elapsed: Duration) {
+    ::metrics::counter!(DELIVERIES_REPLAYED, "endpoint" => endpoint.to_owned(), "provider" => provider)
+        .increment(1);
+    answered(endpoint, provider, "replayed", elapsed);
+}
+
+/// It was answered 409 without running.
+pub fn delivery_conflict(
+    endpoint: &str,
+    provider: &'static str,
+    kind: Conflict,
+    elapsed: Duration,
+) {
+    ::metrics::counter!(
+        CONFLICTS,
+        "endpoint" => endpoint.to_owned(),
+        "provider" => provider,
+        "kind" => kind.label()
+    )
+    .increment(1);
+    answered(endpoint, provider, kind.label(), elapsed);
+}
+
+/// It failed after verification (a handler failed, the database was
+/// unavailable, the lease was lost) and the key was released; `reason` is
+/// the answer's problem type suffix or `lease-lost`.
+pub fn delivery_failed(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
+    ::metrics::counter!(
+        DELIVERIES_FAILED,
+        "endpoint" => endpoint.to_owned(),
+        "provider" => provider,
+        "reason" => reason.to_owned()
+    )
+    .increment(1);
+    answered(endpoint, provider, "failed", elapsed);
+}
+
+/// A claim whose lease had expired was taken over. No label: the engine
+/// sees scopes, and a client-key scope may name a tenant.
+pub fn lease_taken_over() {
+    ::metrics::counter!(LEASE_TAKEOVERS).increment(1);
+}
+
+/// The purge deleted `completed` finished keys and `abandoned` expired claims.
+pub fn purge_deleted(completed: u64, abandoned: u64) {
+    ::metrics::counter!(PURGE_DELETED, "kind" => "completed").increment(completed);
+    ::metrics::counter!(PURGE_DELETED, "kind" => "abandoned").increment(abandoned);
+}
+
+/// What the reconciler did with one abandoned claim: `completed`,
+/// `released`, `unknown` or `skipped`.
+pub fn reconciled(outcome: &'static str) {
+    ::metrics::counter!(RECONCILE_OUTCOMES, "outcome" => outcome).increment(1);
+}
+
+/// A request through the `Idempotency-Key` middleware, by its route
+/// *pattern* (`/payments`) and what became of it.
+pub fn client_key_request(route: &str, outcome: &'static str) {
+    ::metrics::counter!(
+        CLIENT_KEY_REQUESTS,
+        "route" => route.to_owned(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// An answered HTTP request. `route` must be a pattern or a fixed word
+/// (`unmatched`), never a raw path.
+pub fn http_request(method: &'static str, route: &str, status: u16) {
+    ::metrics::counter!(
+        HTTP_REQUESTS,
+        "method" => method,
+        "route" => route.to_owned(),
+        "status" => status.to_string()
+    )
+    .increment(1);
+}
+
+/// Samples the pool's gauges; called when `/metrics` is scraped, so that
+/// the numbers are as fresh as the scrape.
+pub fn sample_pool(store: &Store) {
+    let status = store.pool_status();
+    let backend = match store.backend() {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let gauge = |name: &'static str, value: usize| {
+        ::metrics::gauge!(name, "backend" => backend).set(value as f64);
+    };
+    gauge(POOL_MAX_SIZE, status.max_size);
+    gauge(POOL_SIZE, status.size);
+    gauge(POOL_AVAILABLE, status.available);
+    gauge(POOL_WAITING, status.waiting);
+}
+
+/// Registers `GET /metrics`, rendering `handle` after sampling `store`'s pool.
+pub fn configure(store: Store, handle: PrometheusHandle) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        cfg.app_data(web::Data::new(Scrape { store, handle }))
+            .route("/metrics", web::get().to(scrape));
+    }
+}
+
+struct Scrape {
+    store: Store,
+    handle: PrometheusHandle,
+}
+
+async fn scrape(scrape: web::Data<Scrape>) -> HttpResponse {
+    sample_pool(&scrape.store);
+    HttpResponse::Ok()
+        .insert_header((
+            CONTENT_TYPE,
+            HeaderValue::from_static(CONTENT_TYPE_PROMETHEUS),
+        ))
+        .body(scrape.handle.render())
+}

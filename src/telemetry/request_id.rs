@@ -1,0 +1,235 @@
+//! Request ids: every request runs inside a `request` span that carries its
+//! id, method and route pattern, and at the end its status and duration;
+//! every answer echoes the id in `X-Request-Id`, errors and replays
+//! included. An id the caller sends (1 to 128 visible ASCII characters) is
+//! kept, so that a gateway's or a sender's id ties our log lines to theirs;
+//! anything else gets a fresh UUID.
+
+use super::metrics;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use actix_web::error::InternalError;
+use actix_web::http::Method;
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::{Error, HttpMessage};
+use futures_util::future::LocalBoxFuture;
+use std::future::{Ready, ready};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tracing::Instrument;
+
+/// The header read and echoed.
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+/// The longest id accepted from a caller.
+pub const MAX_REQUEST_ID: usize = 128;
+
+/// Routes probed or scraped every few seconds: their answers are logged at
+/// debug, so that they do not drown the info lines.
+const QUIET_ROUTES: &[&str] = &["/healthz", "/readyz", "/metrics"];
+
+/// The request's id, in its extensions, for handlers that want it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(String);
+
+impl RequestId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Put in a request's extensions by a face that logged its own line at info
+/// about the answer ("delivery answered"), so that the request's closing
+/// line goes to debug and each request has one info line.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerLogged;
+
+/// The middleware; wrap the whole `App` with it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestIds;
+
+impl<S, B> Transform<S, ServiceRequest> for RequestIds
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<B>;
+    type Error = Error;
+    type Transform = RequestIdService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(RequestIdService {
+            service: Rc::new(service),
+        }))
+    }
+}
+
+pub struct RequestIdService<S> {
+    service: Rc<S>,
+}
+
+impl<S, B> Service<ServiceRequest> for RequestIdService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<B>;
+    type Error = Error;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        let started = Instant::now();
+        let id = incoming(req.headers()).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let method = method_label(req.method());
+        // The pattern, never the raw path: it names the route in metrics,
+        // where a path with ids in it would be a series per request.
+        let route = req
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".to_owned());
+        let span = tracing::info_span!(
+            "request",
+            request_id = %id,
+            method = %method,
+            route = %route,
+            status = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        req.extensions_mut().insert(RequestId(id.clone()));
+        let service = self.service.clone();
+        Box::pin(
+            async move {
+                let result = service.call(req).await;
+                // The id was checked to be visible ASCII, or is a UUID.
+                let header = HeaderValue::from_str(&id).ok();
+                match result {
+                    Ok(mut response) => {
+                        if let Some(header) = header {
+                            response.headers_mut().insert(REQUEST_ID_HEADER, header);
+                        }
+                        let logged = response.request().extensions().contains::<AnswerLogged>();
+                        close(method, &route, response.status().as_u16(), started, logged);
+                        Ok(response)
+                    }
+                    // An inner middleware's error becomes its response only
+                    // after this one returns; make that response here so
+                    // that it carries the id too.
+                    Err(error) => {
+                        let mut response = error.error_response();
+                        if let Some(header) = header {
+                            response.headers_mut().insert(REQUEST_ID_HEADER, header);
+                        }
+                        close(method, &route, response.status().as_u16(), started, false);
+                        Err(InternalError::from_response(error, response).into())
+                    }
+                }
+            }
+            .instrument(span),
+        )
+    }
+}
+
+/// Records the status and duration on the request's span, counts the
+/// request, and writes its closing line.
+fn close(method: &'static str, route: &str, status: u16, started: Instant, logged: bool) {
+    let duration_ms = millis(started.elapsed());
+    let span = tracing::Span::current();
+    span.record("status", status);
+    span.record("duration_ms", duration_ms);
+    metrics::http_request(method, route, status);
+    if logged || QUIET_ROUTES.contains(&route) {
+        tracing::debug!(status, duration_ms, "request answered");
+    } else {
+        tracing::info!(status, duration_ms, "request answered");
+    }
+}
+
+/// Milliseconds with microsecond precision, for log fields.
+pub fn millis(elapsed: Duration) -> f64 {
+    elapsed.as_micros() as f64 / 1000.0
+}
+
+/// The caller's id, if there is exactly one and it is 1 to 128 visible
+/// ASCII characters; anything else could forge or break log lines.
+fn incoming(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers.get_all(REQUEST_ID_HEADER);
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let bytes = value.as_bytes();
+    let visible = |b: &u8| (0x21..=0x7e).contains(b);
+    if bytes.is_empty() || bytes.len() > MAX_REQUEST_ID || !bytes.iter().all(visible) {
+        return None;
+    }
+    value.to_str().ok().map(str::to_owned)
+}
+
+/// The method as a metric label: the standard ones by name, any other
+/// token (a client may send anything) as `OTHER`.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&[u8]]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for value in values {
+            map.append(
+                REQUEST_ID_HEADER,
+                HeaderValue::from_bytes(value).expect("a valid header value"),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn a_caller_id_of_visible_ascii_up_to_128_characters_is_kept() {
+        assert_eq!(
+            incoming(&headers(&[b"req-42_abc:XYZ"])).as_deref(),
+            Some("req-42_abc:XYZ")
+        );
+        let longest = "a".repeat(MAX_REQUEST_ID);
+        assert_eq!(
+            incoming(&headers(&[longest.as_bytes()])),
+            Some(longest.clone())
+        );
+    }
+
+    #[test]
+    fn an_empty_long_spaced_non_ascii_or_repeated_id_is_replaced() {
+        let too_long = "a".repeat(MAX_REQUEST_ID + 1);
+        for bad in [
+            &headers(&[b""]),
+            &headers(&[too_long.as_bytes()]),
+            &headers(&[b"two words"]),
+            &headers(&[b"caf\xc3\xa9"]),
+            &headers(&[b"tab\there"]),
+            &headers(&[b"one", b"two"]),
+            &HeaderMap::new(),
+        ] {
+            assert_eq!(incoming(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unusual_methods_share_one_label() {
+        assert_eq!(method_label(&Method::POST), "POST");
+        let custom = Method::from_bytes(b"PURGE").expect("a valid token");
+        assert_eq!(method_label(&custom), "OTHER");
+    }
+}

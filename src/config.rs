@@ -64,6 +64,8 @@ pub struct Settings {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
     pub purge: PurgeSettings,
+    /// `admin_tokens` (+ `IR_ADMIN_TOKENS`) and `admin_listen`.
+    pub admin: crate::admin::AdminSettings,
 }
 
 #[derive(Debug, Clone)]
@@ -164,6 +166,8 @@ struct RawSettings {
     forwarders: BTreeMap<String, RawForwarder>,
     reconcile_interval: Option<String>,
     shutdown_grace: Option<String>,
+    admin_tokens: Option<Vec<String>>,
+    admin_listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -400,7 +404,19 @@ impl Settings {
             pause: duration("purge_pause", raw.purge_pause.as_ref(), DEFAULT_PURGE_PAUSE)?,
         };
 
+        let admin = crate::admin::AdminSettings::parse(raw.admin_tokens, raw.admin_listen, env)
+            .map_err(|e| ConfigError::Invalid {
+                file: if e.from_environment {
+                    "environment".to_owned()
+                } else {
+                    file.to_owned()
+                },
+                key: e.key.to_owned(),
+                message: e.message,
+            })?;
+
         Ok(Settings {
+            admin,
             idempotency,
             purge,
             forwarders,

@@ -1,5 +1,6 @@
 //! Wiring: settings → store (migrated) → engine → faces → a running server.
 
+use crate::admin::Admin;
 use crate::client_keys::{Idempotency, TenantSource};
 use crate::config::{ConfigError, Settings, format_duration};
 use crate::engine::{Engine, EngineOptions};
@@ -116,6 +117,8 @@ pub struct Application {
     server: Server,
     store: Store,
     purge: Option<PurgeTask>,
+    /// The admin surface's own server, when `admin_listen` is set.
+    admin: Option<(Server, u16)>,
 }
 
 impl Application {
@@ -167,9 +170,19 @@ impl Application {
         }
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
+        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
+        let (admin_here, admin_apart) = match &settings.admin.listen {
+            None => (admin, None),
+            Some(_) => (None, admin),
+        };
         let mut server = HttpServer::new(move || {
             App::new()
                 .configure(|cfg| webhooks.configure(cfg))
+                .configure(|cfg| {
+                    if let Some(admin) = &admin_here {
+                        admin.configure(cfg);
+                    }
+                })
                 .configure(payments::configure(
                     health_store.clone(),
                     idempotency.clone(),
@@ -214,13 +227,24 @@ impl Application {
             ),
             None => tracing::info!("the background purge is off (purge_interval = \"0\")"),
         }
+        let admin = match admin_apart {
+            Some(admin) => Some(admin_server(settings, admin)?),
+            None => None,
+        };
+        log_admin(settings, port, admin.as_ref().map(|(_, port)| *port));
         tracing::info!(database = %settings.database.redacted(), port, "listening");
         Ok(Application {
             port,
             server,
             store,
             purge,
+            admin,
         })
+    }
+
+    /// The admin surface's own port, when `admin_listen` is set.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin.as_ref().map(|(_, port)| *port)
     }
 
     pub fn port(&self) -> u16 {
@@ -239,12 +263,59 @@ impl Application {
     /// it (see [`PurgeTask`]); the purge stops with the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let purge = self.purge.map(PurgeTask::spawn);
+        // The admin server lives as long as the main one, and no longer.
+        let admin = self.admin.map(|(server, _)| {
+            let handle = server.handle();
+            (actix_web::rt::spawn(server), handle)
+        });
         let stopped = self.server.await;
         if let Some(purge) = purge {
             purge.abort();
         }
+        if let Some((task, handle)) = admin {
+            handle.stop(true).await;
+            let _ = task.await;
+        }
         stopped
     }
+}
+
+/// The admin surface alone on `admin_listen`, so that it can be kept off
+/// the address the providers reach.
+fn admin_server(settings: &Settings, admin: Admin) -> Result<(Server, u16), StartupError> {
+    let address = settings.admin.listen.clone().unwrap_or_default();
+    let listen_error = |source| StartupError::Listen {
+        address: address.clone(),
+        source,
+    };
+    let listener = TcpListener::bind(&address).map_err(listen_error)?;
+    let port = listener.local_addr().map_err(listen_error)?.port();
+    let server = HttpServer::new(move || App::new().configure(|cfg| admin.configure(cfg)))
+        .workers(1)
+        .shutdown_timeout(settings.shutdown_grace.as_secs())
+        .client_request_timeout(Duration::from_secs(10))
+        .listen(listener)
+        .map_err(listen_error)?
+        .run();
+    Ok((server, port))
+}
+
+/// Says at start-up where the admin surface is, or that it is off. Never
+/// the tokens: only how many there are.
+fn log_admin(settings: &Settings, port: u16, admin_port: Option<u16>) {
+    if !settings.admin.enabled() {
+        tracing::info!(
+            "the admin surface is off: no admin token is configured (admin_tokens, IR_ADMIN_TOKENS)"
+        );
+        return;
+    }
+    let url = match (admin_port, &settings.admin.listen) {
+        (Some(admin_port), Some(listen)) => {
+            format!("http://{}:{admin_port}/admin", host_of(listen))
+        }
+        _ => format!("http://{}:{port}/admin", host_of(&settings.listen)),
+    };
+    tracing::info!(%url, tokens = settings.admin.tokens.len(), "admin surface ready");
 }
 
 fn host_of(listen: &str) -> &str {

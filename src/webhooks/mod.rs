@@ -5,11 +5,11 @@ mod operation;
 
 pub use operation::RunHandlers;
 
-use crate::engine::{ClaimRequest, Engine};
+use crate::engine::{ClaimRequest, Engine, Outcome};
 use crate::handlers::{Event, Handler};
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
-use crate::reply;
+use crate::{replay_count, reply};
 use actix_web::http::header::{CONTENT_LENGTH, HeaderMap};
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::{Bytes, BytesMut};
@@ -113,6 +113,11 @@ async fn receive(
     span.record("event_type", claim.event_type.as_deref().unwrap_or(""));
 
     let engine = webhooks.engine().clone();
+    let replayed_key = (
+        claim.scope.clone(),
+        claim.key.clone(),
+        claim.body_key.clone(),
+    );
     let operation = RunHandlers::new(endpoint, event);
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to clean.
@@ -125,7 +130,13 @@ async fn receive(
         }
     };
     span.record("outcome", reply::outcome_name(&result));
-    reply::respond(result)
+    let replayed = matches!(result, Ok(Outcome::Replayed(_)));
+    let response = reply::respond(result);
+    if replayed {
+        let (scope, key, body_key) = replayed_key;
+        replay_count::count_in_background(webhooks.engine().store(), scope, key, body_key);
+    }
+    response
 }
 
 /// Reads the body, refusing it as soon as it is known to exceed `limit`.

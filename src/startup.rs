@@ -266,7 +266,7 @@ impl Application {
         // The admin server lives as long as the main one, and no longer.
         let admin = self.admin.map(|(server, _)| {
             let handle = server.handle();
-            (actix_web::rt::spawn(server), handle)
+            (tokio::spawn(server), handle)
         });
         let stopped = self.server.await;
         if let Some(purge) = purge {

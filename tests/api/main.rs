@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod admin;
 mod bad_input;
 mod cli;
 mod client_keys;

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod admin;
+mod admin_cli;
 mod bad_input;
 mod cli;
 mod client_keys;

@@ -27,7 +27,7 @@ header button{background:transparent;border-color:#fff}
 table{border-collapse:collapse;width:100%;white-space:nowrap}
 th,td{text-align:left;padding:.4rem .6rem;border-bottom:1px solid #eceff3;vertical-align:top}
 th{font-size:.8rem;color:#4a5263;background:#fafbfc}
-td.error{white-space:normal;min-width:14rem;color:#a11}
+td.error{white-space:normal;min-width:10rem;max-width:28rem;color:#a11}
 .status-completed{color:#176a2e}.status-in_progress{color:#9a5b00}
 pre{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all;max-height:28rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.7rem}

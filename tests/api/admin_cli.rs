@@ -85,11 +85,18 @@ both_backends!(
     }
 );
 
+/// A running `serve`, stopped (and waited for) when dropped.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `serve` on a free port with `env`, its log in `dir/serve.log`.
-async fn serve_logging(
-    dir: &std::path::Path,
-    env: &[(&str, &str)],
-) -> (std::process::Child, String) {
+async fn serve_logging(dir: &std::path::Path, env: &[(&str, &str)]) -> (Server, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -111,28 +118,27 @@ async fn serve_logging(
     for (name, value) in env {
         command.env(name, value);
     }
-    let child = command.spawn().expect("serve starts");
+    let server = Server(command.spawn().expect("serve starts"));
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready = format!("http://{listen}/readyz");
     while Instant::now() < deadline {
         if reqwest::get(&ready).await.is_ok_and(|r| r.status() == 200) {
-            return (child, listen);
+            return (server, listen);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("serve did not become ready");
 }
 
-fn stop(mut child: std::process::Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+fn stop(server: Server) {
+    drop(server);
 }
 
 #[tokio::test]
 async fn serve_says_where_the_admin_surface_is_and_never_logs_a_token() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let token = "tok_logged_never_0123456789";
-    let (child, listen) = serve_logging(dir.path(), &[("IR_ADMIN_TOKENS", token)]).await;
+    let (server, listen) = serve_logging(dir.path(), &[("IR_ADMIN_TOKENS", token)]).await;
     let client = reqwest::Client::new();
     let ok = client
         .get(format!("http://{listen}/admin/deliveries"))
@@ -156,7 +162,7 @@ async fn serve_says_where_the_admin_surface_is_and_never_logs_a_token() {
         .await
         .expect("an answer");
     assert!(login.status().is_success() || login.status().is_redirection());
-    stop(child);
+    stop(server);
     let log = std::fs::read_to_string(dir.path().join("serve.log")).expect("the log");
     assert!(log.contains("admin surface ready"), "{log}");
     assert!(log.contains("/admin"), "{log}");
@@ -166,12 +172,12 @@ async fn serve_says_where_the_admin_surface_is_and_never_logs_a_token() {
 #[tokio::test]
 async fn serve_without_a_token_says_the_admin_surface_is_off() {
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let (child, listen) = serve_logging(dir.path(), &[]).await;
+    let (server, listen) = serve_logging(dir.path(), &[]).await;
     let admin = reqwest::get(format!("http://{listen}/admin"))
         .await
         .expect("an answer");
     assert_eq!(admin.status(), 404);
-    stop(child);
+    stop(server);
     let log = std::fs::read_to_string(dir.path().join("serve.log")).expect("the log");
     assert!(log.contains("the admin surface is off"), "{log}");
 }

@@ -756,6 +756,38 @@ mod tests {
     }
 
     #[test]
+    fn admin_tokens_come_from_the_file_and_the_environment_and_a_bad_one_is_named_not_echoed() {
+        let env =
+            |name: &str| (name == "IR_ADMIN_TOKENS").then(|| "tok_from_env_0123456789".to_owned());
+        let text =
+            "admin_tokens = [\"tok_from_file_0123456789\"]\nadmin_listen = \"127.0.0.1:0\"\n";
+        let settings = Settings::parse(text, "receiver.toml", &env).unwrap();
+        assert!(settings.admin.tokens.accepts(b"tok_from_file_0123456789"));
+        assert!(settings.admin.tokens.accepts(b"tok_from_env_0123456789"));
+        assert_eq!(settings.admin.listen.as_deref(), Some("127.0.0.1:0"));
+        assert!(!format!("{settings:?}").contains("tok_from_"));
+        assert!(!parse("").unwrap().admin.enabled(), "no default token");
+
+        let message = parse("admin_tokens = [\"tiny-1\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with("receiver.toml: `admin_tokens`"),
+            "{message}"
+        );
+        assert!(!message.contains("tiny-1"), "{message}");
+        let env = |name: &str| (name == "IR_ADMIN_TOKENS").then(|| "tiny-2".to_owned());
+        let message = Settings::parse("", "receiver.toml", &env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with("environment: `IR_ADMIN_TOKENS`"),
+            "{message}"
+        );
+        assert!(!message.contains("tiny-2"), "{message}");
+    }
+
+    #[test]
     fn durations_accept_zero_and_humantime() {
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("72h"), Ok(Duration::from_secs(259_200)));

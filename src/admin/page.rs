@@ -58,13 +58,11 @@ async fn index(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
     };
     match page {
         Ok(page) => html(StatusCode::OK, views::listing(&query, Ok(page))),
-        Err(AdminError::BadParameter { .. }) | Err(AdminError::NotFound { .. }) => {
-            let message = page.err().map(|e| e.to_string()).unwrap_or_default();
-            html(
-                StatusCode::BAD_REQUEST,
-                views::listing(&query, Err(message)),
-            )
-        }
+        // A malformed filter is shown above the form, which keeps the values.
+        Err(error @ AdminError::BadParameter { .. }) => html(
+            StatusCode::BAD_REQUEST,
+            views::listing(&query, Err(error.to_string())),
+        ),
         Err(error) => error.to_response(),
     }
 }

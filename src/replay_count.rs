@@ -16,7 +16,9 @@ pub fn count_in_background(store: &Store, scope: String, key: String, body_key: 
         return;
     }
     let store = store.clone();
-    actix_web::rt::spawn(async move {
+    // `tokio::spawn`, not actix's local spawn: this also works for an
+    // embedder that drives the faces outside an actix worker.
+    tokio::spawn(async move {
         let counted = match store.conn().await {
             Ok(mut conn) => conn.count_replay(&scope, &key, body_key.as_deref()).await,
             Err(error) => Err(error),

@@ -164,17 +164,19 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
+        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
+        // `admin_listen` is bound before anything starts, so that a busy
+        // address stops start-up with nothing left running.
+        let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {
+            (Some(address), Some(admin)) => (None, Some((admin, bind(address)?))),
+            (_, admin) => (admin, None),
+        };
         if !settings.reconcile_interval.is_zero() {
             crate::maintenance::reconcile_every(webhooks.clone(), settings.reconcile_interval)
                 .map_err(listen_error)?;
         }
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
-        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
-        let (admin_here, admin_apart) = match &settings.admin.listen {
-            None => (admin, None),
-            Some(_) => (None, admin),
-        };
         let mut server = HttpServer::new(move || {
             App::new()
                 .configure(|cfg| webhooks.configure(cfg))
@@ -228,7 +230,9 @@ impl Application {
             None => tracing::info!("the background purge is off (purge_interval = \"0\")"),
         }
         let admin = match admin_apart {
-            Some(admin) => Some(admin_server(settings, admin)?),
+            Some((admin, (listener, address))) => {
+                Some(admin_server(settings, admin, listener, address)?)
+            }
             None => None,
         };
         log_admin(settings, port, admin.as_ref().map(|(_, port)| *port));
@@ -280,15 +284,28 @@ impl Application {
     }
 }
 
+/// Binds `address`, keeping it for messages.
+fn bind(address: &str) -> Result<(TcpListener, String), StartupError> {
+    TcpListener::bind(address)
+        .map(|listener| (listener, address.to_owned()))
+        .map_err(|source| StartupError::Listen {
+            address: address.to_owned(),
+            source,
+        })
+}
+
 /// The admin surface alone on `admin_listen`, so that it can be kept off
 /// the address the providers reach.
-fn admin_server(settings: &Settings, admin: Admin) -> Result<(Server, u16), StartupError> {
-    let address = settings.admin.listen.clone().unwrap_or_default();
+fn admin_server(
+    settings: &Settings,
+    admin: Admin,
+    listener: TcpListener,
+    address: String,
+) -> Result<(Server, u16), StartupError> {
     let listen_error = |source| StartupError::Listen {
         address: address.clone(),
         source,
     };
-    let listener = TcpListener::bind(&address).map_err(listen_error)?;
     let port = listener.local_addr().map_err(listen_error)?.port();
     let server = HttpServer::new(move || App::new().configure(|cfg| admin.configure(cfg)))
         .workers(1)

@@ -64,6 +64,8 @@ pub struct Settings {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
     pub purge: PurgeSettings,
+    /// `admin_tokens` (+ `IR_ADMIN_TOKENS`) and `admin_listen`.
+    pub admin: crate::admin::AdminSettings,
 }
 
 /// Its `Debug` masks the URL's password: a downstream's URL may carry one.
@@ -176,6 +178,8 @@ struct RawSettings {
     forwarders: BTreeMap<String, RawForwarder>,
     reconcile_interval: Option<String>,
     shutdown_grace: Option<String>,
+    admin_tokens: Option<Vec<String>>,
+    admin_listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -412,7 +416,19 @@ impl Settings {
             pause: duration("purge_pause", raw.purge_pause.as_ref(), DEFAULT_PURGE_PAUSE)?,
         };
 
+        let admin = crate::admin::AdminSettings::parse(raw.admin_tokens, raw.admin_listen, env)
+            .map_err(|e| ConfigError::Invalid {
+                file: if e.from_environment {
+                    "environment".to_owned()
+                } else {
+                    file.to_owned()
+                },
+                key: e.key.to_owned(),
+                message: e.message,
+            })?;
+
         Ok(Settings {
+            admin,
             idempotency,
             purge,
             forwarders,
@@ -776,6 +792,38 @@ mod tests {
         for text in ["72h", "27h 35m 5s", "1s 500ms", "50ms"] {
             assert_eq!(format_duration(parse_duration(text).unwrap()), text);
         }
+    }
+
+    #[test]
+    fn admin_tokens_come_from_the_file_and_the_environment_and_a_bad_one_is_named_not_echoed() {
+        let env =
+            |name: &str| (name == "IR_ADMIN_TOKENS").then(|| "tok_from_env_0123456789".to_owned());
+        let text =
+            "admin_tokens = [\"tok_from_file_0123456789\"]\nadmin_listen = \"127.0.0.1:0\"\n";
+        let settings = Settings::parse(text, "receiver.toml", &env).unwrap();
+        assert!(settings.admin.tokens.accepts(b"tok_from_file_0123456789"));
+        assert!(settings.admin.tokens.accepts(b"tok_from_env_0123456789"));
+        assert_eq!(settings.admin.listen.as_deref(), Some("127.0.0.1:0"));
+        assert!(!format!("{settings:?}").contains("tok_from_"));
+        assert!(!parse("").unwrap().admin.enabled(), "no default token");
+
+        let message = parse("admin_tokens = [\"tiny-1\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with("receiver.toml: `admin_tokens`"),
+            "{message}"
+        );
+        assert!(!message.contains("tiny-1"), "{message}");
+        let env = |name: &str| (name == "IR_ADMIN_TOKENS").then(|| "tiny-2".to_owned());
+        let message = Settings::parse("", "receiver.toml", &env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.starts_with("environment: `IR_ADMIN_TOKENS`"),
+            "{message}"
+        );
+        assert!(!message.contains("tiny-2"), "{message}");
     }
 
     #[test]

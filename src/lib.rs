@@ -48,6 +48,7 @@
 //! # }
 //! ```
 
+pub mod admin;
 pub mod body;
 pub mod client;
 pub mod client_keys;
@@ -60,6 +61,7 @@ pub mod maintenance;
 pub mod payments;
 pub mod problem;
 pub mod providers;
+pub mod replay_count;
 pub mod reply;
 pub mod secret;
 pub mod startup;

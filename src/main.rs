@@ -1,5 +1,6 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use idempotent_receiver::admin;
 use idempotent_receiver::config::Settings;
 use idempotent_receiver::handlers::Registry;
 use idempotent_receiver::maintenance::{self, PurgeOptions, RetentionPolicy};
@@ -63,6 +64,30 @@ enum Command {
         /// Who is doing it, for the history (default: $USER).
         #[arg(long)]
         actor: Option<String>,
+    },
+    /// List stored deliveries and client keys, newest first, read straight from the database.
+    ///
+    /// The same listing as GET /admin/deliveries: a terminal table, or with --json
+    /// the API's JSON ({"items": [...], "next_cursor": ...}).
+    List {
+        /// Only this endpoint (or client-key scope, e.g. "POST /payments").
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Only keys in this status: completed or in_progress.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only keys received within this long (e.g. 24h), or since an RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// How many keys at most (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Continue after a previous page (its next_cursor).
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Regenerate the signed request fixtures of every provider, with a fixed clock.
     Fixtures {
@@ -211,6 +236,24 @@ async fn run() -> anyhow::Result<()> {
             dry_run,
             older_than,
         } => purge(&settings, dry_run, older_than).await?,
+        Command::List {
+            endpoint,
+            status,
+            since,
+            json,
+            limit,
+            cursor,
+        } => {
+            let query = admin::ListQuery {
+                endpoint,
+                status,
+                since,
+                cursor,
+                limit: Some(limit.to_string()),
+                ..admin::ListQuery::default()
+            };
+            list(&settings, &query, json).await?;
+        }
         Command::Fixtures { dir } => {
             let written = fixtures::write_all(&dir)?;
             println!(
@@ -229,6 +272,24 @@ async fn operator_webhooks(
 ) -> anyhow::Result<idempotent_receiver::webhooks::Webhooks> {
     let store = startup::open_store(settings).await?;
     Ok(startup::webhooks(settings, store, &Registry::builtin())?)
+}
+
+async fn list(settings: &Settings, query: &admin::ListQuery, json: bool) -> anyhow::Result<()> {
+    let request = query.validate(chrono::Utc::now().naive_utc())?;
+    let store = startup::open_store(settings).await?;
+    let page = admin::fetch_page(&store, &request).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&admin::DeliveryPage::from(page))?
+        );
+        return Ok(());
+    }
+    print!("{}", admin::table(&page.rows));
+    if let Some(cursor) = page.next_cursor {
+        println!("more keys match: --cursor {cursor}");
+    }
+    Ok(())
 }
 
 async fn purge(

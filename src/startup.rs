@@ -1,5 +1,6 @@
 //! Wiring: settings → store (migrated) → engine → faces → a running server.
 
+use crate::admin::Admin;
 use crate::client_keys::{Idempotency, TenantSource};
 use crate::config::{ConfigError, Settings, format_duration};
 use crate::engine::{Engine, EngineOptions};
@@ -117,6 +118,8 @@ pub struct Application {
     server: Server,
     store: Store,
     purge: Option<PurgeTask>,
+    /// The admin surface's own server, when `admin_listen` is set.
+    admin: Option<(Server, u16)>,
 }
 
 impl Application {
@@ -162,6 +165,13 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
+        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
+        // `admin_listen` is bound before anything starts, so that a busy
+        // address stops start-up with nothing left running.
+        let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {
+            (Some(address), Some(admin)) => (None, Some((admin, bind(address)?))),
+            (_, admin) => (admin, None),
+        };
         if !settings.reconcile_interval.is_zero() {
             crate::maintenance::reconcile_every(webhooks.clone(), settings.reconcile_interval)
                 .map_err(listen_error)?;
@@ -179,6 +189,11 @@ impl Application {
                     metrics_handle.clone(),
                 ))
                 .configure(|cfg| webhooks.configure(cfg))
+                .configure(|cfg| {
+                    if let Some(admin) = &admin_here {
+                        admin.configure(cfg);
+                    }
+                })
                 .configure(payments::configure(
                     health_store.clone(),
                     idempotency.clone(),
@@ -223,13 +238,26 @@ impl Application {
             ),
             None => tracing::info!("the background purge is off (purge_interval = \"0\")"),
         }
+        let admin = match admin_apart {
+            Some((admin, (listener, address))) => {
+                Some(admin_server(settings, admin, listener, address)?)
+            }
+            None => None,
+        };
+        log_admin(settings, port, admin.as_ref().map(|(_, port)| *port));
         tracing::info!(database = %settings.database.redacted(), port, "listening");
         Ok(Application {
             port,
             server,
             store,
             purge,
+            admin,
         })
+    }
+
+    /// The admin surface's own port, when `admin_listen` is set.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin.as_ref().map(|(_, port)| *port)
     }
 
     pub fn port(&self) -> u16 {
@@ -248,12 +276,72 @@ impl Application {
     /// it (see [`PurgeTask`]); the purge stops with the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let purge = self.purge.map(PurgeTask::spawn);
+        // The admin server lives as long as the main one, and no longer.
+        let admin = self.admin.map(|(server, _)| {
+            let handle = server.handle();
+            (tokio::spawn(server), handle)
+        });
         let stopped = self.server.await;
         if let Some(purge) = purge {
             purge.abort();
         }
+        if let Some((task, handle)) = admin {
+            handle.stop(true).await;
+            let _ = task.await;
+        }
         stopped
     }
+}
+
+/// Binds `address`, keeping it for messages.
+fn bind(address: &str) -> Result<(TcpListener, String), StartupError> {
+    TcpListener::bind(address)
+        .map(|listener| (listener, address.to_owned()))
+        .map_err(|source| StartupError::Listen {
+            address: address.to_owned(),
+            source,
+        })
+}
+
+/// The admin surface alone on `admin_listen`, so that it can be kept off
+/// the address the providers reach.
+fn admin_server(
+    settings: &Settings,
+    admin: Admin,
+    listener: TcpListener,
+    address: String,
+) -> Result<(Server, u16), StartupError> {
+    let listen_error = |source| StartupError::Listen {
+        address: address.clone(),
+        source,
+    };
+    let port = listener.local_addr().map_err(listen_error)?.port();
+    let server = HttpServer::new(move || App::new().configure(|cfg| admin.configure(cfg)))
+        .workers(1)
+        .shutdown_timeout(settings.shutdown_grace.as_secs())
+        .client_request_timeout(Duration::from_secs(10))
+        .listen(listener)
+        .map_err(listen_error)?
+        .run();
+    Ok((server, port))
+}
+
+/// Says at start-up where the admin surface is, or that it is off. Never
+/// the tokens: only how many there are.
+fn log_admin(settings: &Settings, port: u16, admin_port: Option<u16>) {
+    if !settings.admin.enabled() {
+        tracing::info!(
+            "the admin surface is off: no admin token is configured (admin_tokens, IR_ADMIN_TOKENS)"
+        );
+        return;
+    }
+    let url = match (admin_port, &settings.admin.listen) {
+        (Some(admin_port), Some(listen)) => {
+            format!("http://{}:{admin_port}/admin", host_of(listen))
+        }
+        _ => format!("http://{}:{port}/admin", host_of(&settings.listen)),
+    };
+    tracing::info!(%url, tokens = settings.admin.tokens.len(), "admin surface ready");
 }
 
 fn host_of(listen: &str) -> &str {

@@ -190,6 +190,8 @@ impl DbConn {
                     dsl::response_content_type.eq(None::<String>),
                     dsl::response_body.eq(None::<Vec<u8>>),
                     dsl::response_location.eq(None::<String>),
+                    // A forgotten key starts counting its replays afresh.
+                    dsl::replays.eq(0),
                 ))
                 .execute(c)
                 .await

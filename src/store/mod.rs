@@ -7,6 +7,7 @@ mod deliveries;
 mod error;
 mod expired;
 mod history;
+mod listing;
 mod migrate;
 mod pool;
 pub mod schema;
@@ -20,6 +21,9 @@ pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, Sto
 pub use error::StoreError;
 pub use expired::{ExpiredKey, ExpiredKind, Expiry, Scopes};
 pub use history::HistoryEntry;
+pub use listing::{
+    DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
+};
 pub use pool::{DatabaseUrl, StoreOptions};
 
 /// The embedded backend's connection: diesel's synchronous SQLite connection,

@@ -19,6 +19,7 @@ diesel::table! {
         body_key -> Nullable<Text>,
         response_location -> Nullable<Text>,
         request_body -> Nullable<Binary>,
+        replays -> Integer,
     }
 }
 

@@ -122,6 +122,7 @@ fn every_command_has_help() {
         &["migrate", "--help"],
         &["send", "--help"],
         &["purge", "--help"],
+        &["list", "--help"],
     ] {
         let output = Command::new(BIN).args(command).output().unwrap();
         assert!(output.status.success(), "{command:?}");

@@ -16,6 +16,9 @@ use std::sync::{Arc, Once};
 pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const OTHER_SECRET: &str = "whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg=";
 pub const ENDPOINT: &str = "shop";
+/// Admin tokens for tests that turn the admin surface on (two: rotation).
+pub const ADMIN_TOKEN: &str = "tok_admin_0123456789abcdef";
+pub const ADMIN_TOKEN_NEXT: &str = "tok_admin_next_fedcba9876543210";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -44,6 +47,38 @@ macro_rules! both_backends {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 let Some(app) = $crate::helpers::TestApp::spawn_if_available($crate::helpers::Backend::Postgres).await else {
+                    return;
+                };
+                body(&app).await;
+                app.teardown().await;
+            }
+        }
+    };
+}
+
+/// [`both_backends!`] with the app built by `$builder` (a function from
+/// [`TestAppBuilder`] to [`TestAppBuilder`]).
+#[macro_export]
+macro_rules! both_backends_with {
+    ($builder:path; $(#[$meta:meta])* async fn $name:ident($app:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            async fn body($app: &$crate::helpers::TestApp) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let builder = $crate::helpers::TestApp::builder($crate::helpers::Backend::Sqlite);
+                let app = $builder(builder).spawn().await;
+                body(&app).await;
+                app.teardown().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let builder = $crate::helpers::TestApp::builder($crate::helpers::Backend::Postgres);
+                let Some(app) = $builder(builder).spawn_if_available().await else {
                     return;
                 };
                 body(&app).await;
@@ -84,6 +119,8 @@ enum Isolation {
 
 pub struct TestApp {
     pub address: String,
+    /// Where `/admin` is served: `address`, or its own with `admin_listen`.
+    pub admin_address: String,
     pub registry: Registry,
     pub store: Store,
     /// The settings the app runs with (endpoints, retentions, purge).
@@ -253,6 +290,24 @@ impl TestApp {
         request.send().await.expect("the receiver answers")
     }
 
+    /// GETs an admin route (`/admin/...`) with `token` as a bearer token.
+    pub async fn admin_get(&self, path: &str, token: Option<&str>) -> reqwest::Response {
+        let mut request = self.client.get(format!("{}{path}", self.admin_address));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("the receiver answers")
+    }
+
+    /// GETs an admin JSON route with the first admin token, expecting 200.
+    pub async fn admin_json(&self, path: &str) -> serde_json::Value {
+        let response = self.admin_get(path, Some(ADMIN_TOKEN)).await;
+        let status = response.status();
+        let text = response.text().await.expect("a body");
+        assert_eq!(status, 200, "GET {path}: {text}");
+        serde_json::from_str(&text).expect("a JSON body")
+    }
+
     /// Moves the `received_at` of the key `key` in `scope` into the past.
     pub async fn age_key(&self, scope: &str, key: &str, by: chrono::TimeDelta) {
         let mut conn = self.store.conn().await.expect("a connection");
@@ -379,6 +434,13 @@ impl TestAppBuilder {
     pub fn endpoints_toml(mut self, toml: &str) -> Self {
         self.endpoints_toml.push_str(toml);
         self
+    }
+
+    /// Turns the admin surface on with both test tokens.
+    pub fn admin(self) -> Self {
+        self.top_level(&format!(
+            "admin_tokens = [\"{ADMIN_TOKEN}\", \"{ADMIN_TOKEN_NEXT}\"]"
+        ))
     }
 
     /// Top-level settings (`retention = "1h"`), placed before every table.
@@ -511,6 +573,7 @@ impl TestAppBuilder {
         let app = Application::serve_with(&settings, webhooks, store.clone(), extra)
             .expect("the app builds");
         let port = app.port();
+        let admin_port = app.admin_port().unwrap_or(port);
         let server = app.server().handle();
         tokio::spawn(app.run_until_stopped());
         let provider = settings
@@ -520,6 +583,7 @@ impl TestAppBuilder {
             .clone();
         Some(TestApp {
             address: format!("http://127.0.0.1:{port}"),
+            admin_address: format!("http://127.0.0.1:{admin_port}"),
             registry: self.registry,
             store,
             settings,

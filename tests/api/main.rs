@@ -3,7 +3,11 @@
 
 mod helpers;
 
+mod admin;
+mod admin_cli;
 mod bad_input;
+mod browser;
+mod cdp;
 mod cli;
 mod client_keys;
 mod concurrency;

@@ -1,0 +1,35 @@
+//! One key in full: its row, its stored answer and request, its history.
+
+use super::error::AdminError;
+use super::model::DeliveryView;
+use crate::store::{DeliveryDetail, HistoryEntry, Store};
+
+/// A key as the store holds it.
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    pub detail: DeliveryDetail,
+    /// Oldest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+pub async fn fetch_detail(
+    store: &Store,
+    endpoint: &str,
+    delivery_id: &str,
+) -> Result<KeyRecord, AdminError> {
+    let mut conn = store.conn().await?;
+    let Some(detail) = conn.delivery_detail(endpoint, delivery_id).await? else {
+        return Err(AdminError::NotFound {
+            endpoint: endpoint.to_owned(),
+            delivery_id: delivery_id.to_owned(),
+        });
+    };
+    let history = conn.history(endpoint, delivery_id).await?;
+    Ok(KeyRecord { detail, history })
+}
+
+impl From<KeyRecord> for DeliveryView {
+    fn from(record: KeyRecord) -> DeliveryView {
+        DeliveryView::new(record.detail, record.history)
+    }
+}

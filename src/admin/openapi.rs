@@ -1,0 +1,43 @@
+//! The admin API's OpenAPI document, generated from the handlers' and
+//! types' annotations, so that it cannot drift from the code.
+
+use super::{api, model};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "idempotent-receiver admin API",
+        description = "Read-only views of the stored deliveries and client keys. Every route needs `Authorization: Bearer <admin token>`."
+    ),
+    paths(api::list, api::detail, api::stats, api::openapi),
+    components(schemas(
+        model::DeliveryPage,
+        model::DeliveryItem,
+        model::DeliveryView,
+        model::StoredAnswer,
+        model::HistoryItem,
+        model::Stats,
+        model::EndpointStats,
+    )),
+    modifiers(&BearerToken)
+)]
+struct AdminApi;
+
+/// Declares the `bearer` security scheme that every path names.
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+pub fn document() -> utoipa::openapi::OpenApi {
+    AdminApi::openapi()
+}

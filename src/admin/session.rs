@@ -1,0 +1,84 @@
+//! The admin page's session cookie. It holds no token: its value is an
+//! expiry and an HMAC of it keyed with the token that logged in, so it is
+//! checked against the configured tokens exactly as a bearer token is (in
+//! constant time), it stops working when that token is removed from the
+//! configuration, and it expires by itself.
+
+use super::tokens::AdminTokens;
+use crate::providers::mac::{self, Algorithm};
+
+pub const COOKIE: &str = "ir_admin_session";
+/// How long a login lasts.
+pub const LIFETIME_SECS: i64 = 12 * 3600;
+const CONTEXT: &[u8] = b"idempotent-receiver admin session\0";
+
+/// A session value for `token`, valid until `now + LIFETIME_SECS`.
+pub fn issue(token: &[u8], now: i64) -> String {
+    let expires = (now + LIFETIME_SECS).to_string();
+    let tag = mac::sign(Algorithm::Sha256, token, &[CONTEXT, expires.as_bytes()]);
+    format!("{expires}.{}", hex::encode(tag))
+}
+
+/// Whether `value` is a live session of one of `tokens`. Every token is
+/// tried, whichever matches.
+pub fn verify(tokens: &AdminTokens, value: &str, now: i64) -> bool {
+    let Some((expires, tag)) = value.split_once('.') else {
+        return false;
+    };
+    let Ok(expiry) = expires.parse::<i64>() else {
+        return false;
+    };
+    let Ok(tag) = hex::decode(tag) else {
+        return false;
+    };
+    if expiry <= now || expiry > now + LIFETIME_SECS {
+        return false;
+    }
+    let mut valid = false;
+    for token in tokens.exposed() {
+        valid |= mac::verify(
+            Algorithm::Sha256,
+            token,
+            &[CONTEXT, expires.as_bytes()],
+            &tag,
+        );
+    }
+    valid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::Secret;
+
+    fn tokens(list: &[&str]) -> AdminTokens {
+        AdminTokens::new(
+            list.iter()
+                .map(|t| Secret::new(t.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_session_holds_no_token_and_verifies_until_it_expires() {
+        let value = issue(b"tok_0123456789abcdef", 1_000);
+        assert!(!value.contains("tok_0123456789abcdef"));
+        let configured = tokens(&["tok_other_0123456789", "tok_0123456789abcdef"]);
+        assert!(verify(&configured, &value, 1_000));
+        assert!(verify(&configured, &value, 1_000 + LIFETIME_SECS - 1));
+        assert!(!verify(&configured, &value, 1_000 + LIFETIME_SECS));
+    }
+
+    #[test]
+    fn a_session_of_a_removed_token_or_a_forged_one_is_refused() {
+        let value = issue(b"tok_0123456789abcdef", 1_000);
+        assert!(!verify(&tokens(&["tok_other_0123456789"]), &value, 1_000));
+        let (expiry, tag) = value.split_once('.').unwrap();
+        let later: i64 = expiry.parse::<i64>().unwrap() + 1;
+        let configured = tokens(&["tok_0123456789abcdef"]);
+        assert!(!verify(&configured, &format!("{later}.{tag}"), 1_000));
+        for junk in ["", ".", "x.y", "123", "123.zz"] {
+            assert!(!verify(&configured, junk, 1_000), "{junk}");
+        }
+    }
+}

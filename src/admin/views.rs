@@ -1,0 +1,302 @@
+//! The admin page's markup. maud escapes every interpolated value, so
+//! whatever a delivery carries (its id, event type, payload, answer) is
+//! shown as text and never runs as HTML.
+
+use super::detail::KeyRecord;
+use super::listing::{ListQuery, Page};
+use crate::store::DeliverySummary;
+use chrono::NaiveDateTime;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+/// Plain CSS, no build step: readable at 1280 px, usable on a phone; wide
+/// tables scroll sideways inside their box rather than widening the page.
+const STYLE: &str = r#"
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d2330;background:#f5f6f8}
+header{display:flex;flex-wrap:wrap;align-items:center;justify-content:space-between;gap:.5rem;padding:.6rem 1rem;background:#1d2330;color:#fff}
+header a{color:#fff;text-decoration:none;font-weight:600}
+main{max-width:1400px;margin:0 auto;padding:1rem}
+h1{font-size:1.3rem;margin:.2rem 0 1rem}
+h2{font-size:1.1rem;margin:1.4rem 0 .5rem}
+form.filters{display:flex;flex-wrap:wrap;gap:.6rem;align-items:flex-end;margin-bottom:1rem}
+form.filters label{display:flex;flex-direction:column;font-size:.8rem;color:#4a5263;min-width:9rem;flex:1 1 9rem}
+input,select,button{font:inherit;padding:.35rem .5rem;border:1px solid #b9c0cc;border-radius:4px;background:#fff}
+button{background:#2456c7;color:#fff;border-color:#2456c7;cursor:pointer}
+header button{background:transparent;border-color:#fff}
+.table-wrap{overflow-x:auto;background:#fff;border:1px solid #dde1e8;border-radius:6px}
+table{border-collapse:collapse;width:100%;white-space:nowrap}
+th,td{text-align:left;padding:.4rem .6rem;border-bottom:1px solid #eceff3;vertical-align:top}
+th{font-size:.8rem;color:#4a5263;background:#fafbfc}
+td.error{white-space:normal;min-width:10rem;max-width:28rem;color:#a11}
+.status-completed{color:#176a2e}.status-in_progress{color:#9a5b00}
+pre{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all;max-height:28rem}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:.7rem}
+dt{color:#4a5263}dd{margin:0;word-break:break-all}
+nav.pager{display:flex;gap:1rem;margin:1rem 0}
+p.notice{background:#fff3f3;border:1px solid #e3b4b4;padding:.5rem .7rem;border-radius:4px}
+.login{max-width:26rem;margin:3rem auto;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:1.2rem}
+.login input{width:100%;margin:.4rem 0 .8rem}
+@media (max-width:600px){main{padding:.6rem}dl{grid-template-columns:1fr}dt{font-weight:600}}
+"#;
+
+/// `2026-12-01 04:12:33`: the page shows UTC, to the second.
+pub fn readable(at: NaiveDateTime) -> String {
+    at.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters, for a
+/// path segment or a query value.
+pub fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+pub fn detail_href(endpoint: &str, delivery_id: &str) -> String {
+    format!("/admin/view/{}/{}", encode(endpoint), encode(delivery_id))
+}
+
+fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · idempotent-receiver" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    a href="/admin" { "idempotent-receiver · admin" }
+                    @if logged_in {
+                        form method="post" action="/admin/logout" {
+                            button type="submit" id="logout" { "Log out" }
+                        }
+                    }
+                }
+                main { (content) }
+            }
+        }
+    }
+}
+
+pub fn login(refused: bool) -> Markup {
+    layout(
+        "Log in",
+        false,
+        html! {
+            form.login method="post" action="/admin/login" {
+                h1 { "Admin log in" }
+                @if refused {
+                    p.notice id="login-error" { "That token is not valid." }
+                }
+                label for="token" { "Admin token" }
+                input #token type="password" name="token" autocomplete="current-password" required;
+                button type="submit" id="login" { "Log in" }
+            }
+        },
+    )
+}
+
+/// The filter parameters of `query` without the cursor, for links that
+/// keep the filters.
+fn filter_params(query: &ListQuery) -> String {
+    let pairs = [
+        ("endpoint", &query.endpoint),
+        ("status", &query.status),
+        ("event_type", &query.event_type),
+        ("since", &query.since),
+        ("until", &query.until),
+        ("id_prefix", &query.id_prefix),
+        ("limit", &query.limit),
+    ];
+    pairs
+        .iter()
+        .filter_map(|(name, value)| {
+            let value = value.as_deref().map(str::trim).filter(|v| !v.is_empty())?;
+            Some(format!("{name}={}", encode(value)))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+pub fn listing(query: &ListQuery, page: Result<Page, String>) -> Markup {
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let status = value(&query.status);
+    let filters = filter_params(query);
+    layout(
+        "Deliveries",
+        true,
+        html! {
+            h1 { "Deliveries" }
+            form.filters method="get" action="/admin" id="filters" {
+                label { "Endpoint" input name="endpoint" value=(value(&query.endpoint)); }
+                label { "Status"
+                    select name="status" {
+                        option value="" selected[status.is_empty()] { "any" }
+                        option value="completed" selected[status == "completed"] { "completed" }
+                        option value="in_progress" selected[status == "in_progress"] { "in progress" }
+                    }
+                }
+                label { "Event type" input name="event_type" value=(value(&query.event_type)); }
+                label { "Since (RFC 3339 or 24h)" input name="since" value=(value(&query.since)); }
+                label { "Until" input name="until" value=(value(&query.until)); }
+                label { "Delivery id starts with" input name="id_prefix" value=(value(&query.id_prefix)); }
+                label { "Per page" input name="limit" inputmode="numeric" value=(value(&query.limit)); }
+                button type="submit" id="apply" { "Filter" }
+            }
+            @match page {
+                Err(problem) => p.notice id="query-error" { (problem) },
+                Ok(page) => {
+                    @if page.rows.is_empty() {
+                        p id="empty" { "No deliveries match." }
+                    } @else {
+                        div.table-wrap {
+                            table id="deliveries" {
+                                thead { tr {
+                                    th { "Received (UTC)" } th { "Endpoint" } th { "Delivery id" }
+                                    th { "Event type" } th { "Status" } th { "Attempts" }
+                                    th { "Answer" } th { "Replays" } th { "Completed (UTC)" } th { "Last error" }
+                                } }
+                                tbody {
+                                    @for row in &page.rows { (listing_row(row)) }
+                                }
+                            }
+                        }
+                    }
+                    nav.pager {
+                        @if query.cursor.as_deref().is_some_and(|c| !c.is_empty()) {
+                            a id="first-page" href={ "/admin?" (filters) } { "« First page" }
+                        }
+                        @if let Some(next) = &page.next_cursor {
+                            a id="next-page" href={ "/admin?" (filters) @if !filters.is_empty() { "&" } "cursor=" (encode(next)) } { "Next page »" }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn listing_row(row: &DeliverySummary) -> Markup {
+    html! {
+        tr.delivery {
+            td { (readable(row.received_at)) }
+            td { (row.endpoint) }
+            td { a.delivery-link href=(detail_href(&row.endpoint, &row.delivery_id)) { (row.delivery_id) } }
+            td { (row.event_type.as_deref().unwrap_or("")) }
+            td class={ "status-" (row.status) } { (row.status) }
+            td { (row.attempts) }
+            td { @if let Some(status) = row.response_status { (status) } }
+            td { (row.replays) }
+            td { @if let Some(at) = row.completed_at { (readable(at)) } }
+            td.error { (row.last_error.as_deref().unwrap_or("")) }
+        }
+    }
+}
+
+fn text(bytes: &Option<Vec<u8>>) -> Option<String> {
+    bytes
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+pub fn detail(record: &KeyRecord) -> Markup {
+    let row = &record.detail.summary;
+    let detail = &record.detail;
+    layout(
+        &row.delivery_id,
+        true,
+        html! {
+            p { a href="/admin" id="back" { "« All deliveries" } }
+            h1 id="delivery-id" { (row.delivery_id) }
+            dl id="summary" {
+                dt { "Endpoint" } dd { (row.endpoint) }
+                dt { "Event type" } dd { (row.event_type.as_deref().unwrap_or("—")) }
+                dt { "Status" } dd class={ "status-" (row.status) } { (row.status) }
+                dt { "Attempts" } dd { (row.attempts) }
+                dt { "Replays answered from the store" } dd { (row.replays) }
+                dt { "Received (UTC)" } dd { (readable(row.received_at)) }
+                dt { "Completed (UTC)" } dd { (row.completed_at.map(readable).unwrap_or_else(|| "—".into())) }
+                dt { "Last error" } dd { (row.last_error.as_deref().unwrap_or("—")) }
+            }
+            h2 { "Stored response" }
+            dl id="response" {
+                dt { "Status" } dd id="response-status" { (row.response_status.map(|s| s.to_string()).unwrap_or_else(|| "—".into())) }
+                dt { "Content type" } dd { (detail.response_content_type.as_deref().unwrap_or("—")) }
+                @if let Some(location) = &detail.response_location {
+                    dt { "Location" } dd { (location) }
+                }
+            }
+            pre id="response-body" { (text(&detail.response_body).unwrap_or_default()) }
+            h2 { "Verified payload" }
+            pre id="payload" { (text(&detail.request_body).unwrap_or_else(|| "(not stored)".into())) }
+            h2 { "History" }
+            @if record.history.is_empty() {
+                p id="no-history" { "Nothing happened to this key besides its processing." }
+            } @else {
+                div.table-wrap {
+                    table id="history" {
+                        thead { tr { th { "At (UTC)" } th { "Kind" } th { "Actor" } th { "Detail" } } }
+                        tbody {
+                            @for entry in &record.history {
+                                tr {
+                                    td { (readable(entry.at)) }
+                                    td { (entry.kind) }
+                                    td { (entry.actor.as_deref().unwrap_or("")) }
+                                    td.error { (entry.detail.as_deref().unwrap_or("")) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub fn not_found(message: &str) -> Markup {
+    layout(
+        "Not found",
+        true,
+        html! {
+            p { a href="/admin" { "« All deliveries" } }
+            p.notice id="not-found" { (message) }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_and_query_values_are_percent_encoded() {
+        assert_eq!(encode("POST /payments"), "POST%20%2Fpayments");
+        assert_eq!(encode("msg_1-a.b~"), "msg_1-a.b~");
+        assert_eq!(encode("a&b=c"), "a%26b%3Dc");
+        assert_eq!(detail_href("shop", "evt/1"), "/admin/view/shop/evt%2F1");
+    }
+
+    #[test]
+    fn timestamps_read_as_utc_to_the_second() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-01T04:12:33.987Z")
+            .unwrap()
+            .naive_utc();
+        assert_eq!(readable(at), "2026-12-01 04:12:33");
+    }
+
+    #[test]
+    fn the_login_page_is_usable_on_a_phone() {
+        let page = login(false).into_string();
+        assert!(page.contains(r#"name="viewport""#));
+        assert!(page.contains("overflow-x:auto"));
+    }
+}

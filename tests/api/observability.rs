@@ -740,6 +740,24 @@ async fn no_secret_token_or_password_reaches_stdout_or_stderr_even_at_trace_leve
         400
     );
 
+    // The admin surface with the right token and with a near miss.
+    let client = reqwest::Client::new();
+    let listing = client
+        .get(format!("{base}/admin/deliveries"))
+        .header("Authorization", bearer.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listing.status(), 200);
+    let near_miss = format!("Bearer {admin_token}x");
+    let refused = client
+        .get(format!("{base}/admin/deliveries"))
+        .header("Authorization", near_miss.as_str())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+
     // GitHub (a plain secret) and Stripe (the whole whsec_ string as key).
     let gh_url = format!("{base}/webhooks/gh");
     let github = provider("github", &github_secret);

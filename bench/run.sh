@@ -46,10 +46,10 @@ trap cleanup EXIT
 say() { printf '\n==> %s\n' "$*" >&2; }
 
 # pgbench's "tps = N (without initial connection time)".
-pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' | head -n 1; }
+pgbench_tps() { sed -n 's/^tps = \([0-9]*\.[0-9]\).*/\1/p' | head -n 1; }
 
 # A row of the final table.
-row() { printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$@" >>"$RESULTS"; }
+row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@" >>"$RESULTS"; }
 
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
@@ -103,7 +103,8 @@ record() { # backend label result-line [pgbench-tps]
   max=$(echo "$r" | field max_ms)
   checks="effects $(echo "$r" | field one_effect), bodies $(echo "$r" | field bodies_identical)"
   if [ -n "${4:-}" ]; then ratio=$(awk -v a="$rps" -v b="$4" 'BEGIN { printf "%.2f", a / b }'); fi
-  row "$1" "$2" "$rps" "${ratio:-—}" "$p50 / $p99 / $max" "$checks" ""
+  checks="$checks; $(echo "$r" | sed -n 's/.*statuses=\(.*\)$/\1/p')"
+  row "$1" "$2" "$rps" "${ratio:-—}" "$p50 / $p99 / $max" "$checks"
 }
 
 say "machine: $(nproc) cores; $(uptime)"
@@ -125,11 +126,11 @@ say "pgbench fresh ($CONCURRENCY clients, ${DURATION}s)"
 pg_fresh=$(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/fresh.sql "$URL" 2>&1 | tee "$WORK/pgbench-fresh.txt" | pgbench_tps)
 say "pgbench replay ($CONCURRENCY clients, ${DURATION}s)"
 pg_replay=$(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D keys="$REPLAY_KEYS" -f bench/replay.sql "$URL" 2>&1 | tee "$WORK/pgbench-replay.txt" | pgbench_tps)
-row postgres "pgbench fresh transaction (tps)" "$pg_fresh" "—" "—" "" ""
-row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" "" ""
+row postgres "pgbench fresh transaction (tps)" "$pg_fresh" "—" "—" ""
+row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
 
 # --- the receiver on PostgreSQL, on emptied tables ------------------------
-psql -q "$URL" -c "TRUNCATE deliveries, events, ledger_entries; VACUUM ANALYZE deliveries, events, ledger_entries" >/dev/null
+psql -q "$URL" -c "TRUNCATE deliveries, events, ledger_entries" -c "VACUUM ANALYZE deliveries, events, ledger_entries" >/dev/null
 port=$(( 20000 + $$ % 20000 ))
 start_server "$URL" "$port"
 r=$(loadgen pg-fresh "$URL" "$port" fresh --concurrency "$CONCURRENCY"); record postgres "receiver fresh" "$r" "$pg_fresh"
@@ -137,7 +138,7 @@ fresh_empty=$(echo "$r" | field rps)
 r=$(loadgen pg-replay "$URL" "$port" replay --concurrency "$CONCURRENCY"); record postgres "receiver replay" "$r" "$pg_replay"
 r=$(loadgen pg-storm "$URL" "$port" storm --concurrency "$STORM_COPIES"); record postgres "receiver storm ×$STORM_COPIES" "$r"
 r=$(loadgen pg-mixed "$URL" "$port" mixed --concurrency "$CONCURRENCY"); record postgres "receiver mixed 70/25/5" "$r"
-row postgres "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" "" ""
+row postgres "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" ""
 stop_server
 
 # --- growth: the same fresh run with GROWTH_ROWS completed rows -----------
@@ -156,7 +157,7 @@ EOF
   r=$(loadgen pg-fresh-grown "$URL" "$port" fresh --concurrency "$CONCURRENCY")
   record postgres "receiver fresh, $GROWTH_ROWS rows loaded" "$r"
   grown=$(echo "$r" | field rps)
-  row postgres "growth: fresh(loaded) ÷ fresh(empty)" "$(awk -v a="$grown" -v b="$fresh_empty" 'BEGIN { printf "%.2f", a / b }')" "—" "—" "" ""
+  row postgres "growth: fresh(loaded) ÷ fresh(empty)" "$(awk -v a="$grown" -v b="$fresh_empty" 'BEGIN { printf "%.2f", a / b }')" "—" "—" ""
   stop_server
 fi
 
@@ -168,13 +169,13 @@ if [ "$SQLITE" = 1 ]; then
   r=$(loadgen sqlite-replay "$sqlite_url" "$port" replay --concurrency "$CONCURRENCY"); record sqlite "receiver replay" "$r"
   r=$(loadgen sqlite-storm "$sqlite_url" "$port" storm --concurrency "$STORM_COPIES"); record sqlite "receiver storm ×$STORM_COPIES" "$r"
   r=$(loadgen sqlite-mixed "$sqlite_url" "$port" mixed --concurrency "$CONCURRENCY"); record sqlite "receiver mixed 70/25/5" "$r"
-  row sqlite "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" "" ""
+  row sqlite "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" ""
   stop_server
 fi
 
 echo
 echo "$(nproc) cores; load during the run: $(uptime | sed 's/.*load average/load average/'); concurrency $CONCURRENCY; ${DURATION}s per run"
 echo
-echo "| backend | what | req/s (tps) | ÷ pgbench | p50 / p99 / max ms | checks | |"
-echo "|---|---|---|---|---|---|---|"
+echo "| backend | what | req/s (tps) | ÷ pgbench | p50 / p99 / max ms | checks; statuses |"
+echo "|---|---|---|---|---|---|"
 cat "$RESULTS"

@@ -38,7 +38,7 @@ RESULTS=$WORK/results
 
 cleanup() {
   stop_server
-  psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
+  psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -109,12 +109,12 @@ record() { # backend label result-line [pgbench-tps]
 
 say "machine: $(nproc) cores; $(uptime)"
 : >"$RESULTS"
-psql -q "$PG/postgres" -c "CREATE DATABASE $DB" >/dev/null
+psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "CREATE DATABASE $DB" >/dev/null
 DATABASE_URL=$URL "$BIN" migrate >/dev/null
 
 # --- pgbench: the same SQL, the same concurrency, durable commits ---------
 say "pgbench: replay keys"
-psql -q "$URL" <<EOF
+psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
   response_content_type, response_body, attempts, received_at, completed_at)
 SELECT 'bench', 'pgr-' || n, md5(n::text) || md5(n::text), 'completed', 'payment.succeeded', 200,
@@ -130,7 +130,7 @@ row postgres "pgbench fresh transaction (tps)" "$pg_fresh" "—" "—" ""
 row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
 
 # --- the receiver on PostgreSQL, on emptied tables ------------------------
-psql -q "$URL" -c "TRUNCATE deliveries, events, ledger_entries" -c "VACUUM ANALYZE deliveries, events, ledger_entries" >/dev/null
+psql -q -v ON_ERROR_STOP=1 "$URL" -c "TRUNCATE deliveries, events, ledger_entries" -c "VACUUM ANALYZE deliveries, events, ledger_entries" >/dev/null
 port=$(( 20000 + $$ % 20000 ))
 start_server "$URL" "$port"
 r=$(loadgen pg-fresh "$URL" "$port" fresh --concurrency "$CONCURRENCY"); record postgres "receiver fresh" "$r" "$pg_fresh"
@@ -144,7 +144,7 @@ stop_server
 # --- growth: the same fresh run with GROWTH_ROWS completed rows -----------
 if [ "$GROWTH_ROWS" -gt 0 ]; then
   say "loading $GROWTH_ROWS completed rows (INSERT ... SELECT generate_series)"
-  psql -q "$URL" <<EOF
+  psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
   response_content_type, response_body, attempts, received_at, completed_at, request_body)
 SELECT 'bench', 'old-' || n, md5(n::text) || md5(n::text), 'completed', 'payment.succeeded', 200,
@@ -153,6 +153,8 @@ SELECT 'bench', 'old-' || n, md5(n::text) || md5(n::text), 'completed', 'payment
 FROM generate_series(1, $GROWTH_ROWS) AS n;
 VACUUM ANALYZE deliveries;
 EOF
+  loaded=$(psql -tA "$URL" -c "SELECT count(*) FROM deliveries WHERE status = 'completed'")
+  say "deliveries now holds $loaded completed rows"
   start_server "$URL" "$port"
   r=$(loadgen pg-fresh-grown "$URL" "$port" fresh --concurrency "$CONCURRENCY")
   record postgres "receiver fresh, $GROWTH_ROWS rows loaded" "$r"

@@ -1,0 +1,297 @@
+//! More than one instance, and the load generator: the real binary, several
+//! processes on one PostgreSQL schema, duplicates sprayed across all of them.
+
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use futures_util::StreamExt;
+use idempotent_receiver::client;
+use idempotent_receiver::providers::{self, ProviderSpec};
+use idempotent_receiver::store::PgConn;
+use idempotent_receiver::store::schema::ledger_entries;
+use std::collections::{HashMap, HashSet};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
+const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const ENDPOINT: &str = "bench";
+
+fn postgres_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
+}
+
+fn postgres_required() -> bool {
+    std::env::var("IR_REQUIRE_POSTGRES").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// A fresh schema in the test database, or `None` (after one printed line)
+/// when PostgreSQL is unreachable and not required.
+async fn fresh_schema() -> Option<String> {
+    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let created = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut conn = PgConn::establish(&postgres_url())
+            .await
+            .map_err(|e| e.to_string())?;
+        conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|_| Err("timed out".into()));
+    match created {
+        Ok(()) => Some(schema),
+        Err(reason) if postgres_required() => panic!(
+            "PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}",
+            postgres_url()
+        ),
+        Err(reason) => {
+            eprintln!(
+                "PostgreSQL tests SKIPPED: no server at {} ({reason}); set IR_REQUIRE_POSTGRES=1 to fail instead",
+                postgres_url()
+            );
+            None
+        }
+    }
+}
+
+fn schema_url(schema: &str) -> String {
+    let base = postgres_url();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{separator}options=-csearch_path%3D{schema}")
+}
+
+async fn drop_schema(schema: &str) {
+    if let Ok(mut conn) = PgConn::establish(&postgres_url()).await {
+        let _ = conn
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .await;
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+/// One `serve` process, killed when dropped.
+struct Receiver {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Receiver {
+    async fn start(dir: &Path, name: &str, database_url: &str) -> Receiver {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "workers = 2\npool_size = 8\npurge_interval = \"0\"\nreconcile_interval = \"0\"\n\
+                 [endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\n"
+            ),
+        )
+        .expect("the config is written");
+        let log = dir.join(format!("{name}.log"));
+        let port = free_port();
+        let child = Command::new(BIN)
+            .arg("--config")
+            .arg(&config)
+            .arg("serve")
+            .env("IR_LISTEN", format!("127.0.0.1:{port}"))
+            .env("DATABASE_URL", database_url)
+            .env("IR_DATA_DIR", dir.join(format!("{name}-data")))
+            .env_remove("IR_CONFIG")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(
+                std::fs::File::create(&log).expect("the log file is created"),
+            ))
+            .spawn()
+            .expect("the receiver starts");
+        let mut receiver = Receiver { child, port, log };
+        receiver.wait_ready().await;
+        receiver
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn wait_ready(&mut self) {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "the receiver exited before it was ready ({status}): {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            let ready = http
+                .get(format!("{}/readyz", self.base_url()))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            if matches!(ready, Ok(r) if r.status() == 200) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the receiver was not ready within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_receivers_on_one_schema_run_each_sprayed_duplicate_exactly_once() {
+    let Some(schema) = fresh_schema().await else {
+        return;
+    };
+    let url = schema_url(&schema);
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    // Started together, so that their migrations race on the advisory lock.
+    let (a, b, c) = tokio::join!(
+        Receiver::start(dir.path(), "a", &url),
+        Receiver::start(dir.path(), "b", &url),
+        Receiver::start(dir.path(), "c", &url),
+    );
+    let receivers = [&a, &b, &c];
+
+    const IDS: usize = 40;
+    const COPIES_PER_RECEIVER: usize = 4;
+    let provider = providers::build(
+        "standard-webhooks",
+        &ProviderSpec {
+            secrets: vec![SECRET.to_owned()],
+            ..ProviderSpec::default()
+        },
+    )
+    .expect("the provider is built");
+    let http = reqwest::Client::new();
+    let ids: Vec<String> = (0..IDS)
+        .map(|n| format!("msg_scale_{n}_{}", &schema[2..10]))
+        .collect();
+    // Every copy of an id is fired at once, spread round-robin over the three
+    // processes, each signed with its own timestamp as a provider's retries are.
+    let mut requests = Vec::new();
+    for id in &ids {
+        for copy in 0..COPIES_PER_RECEIVER * receivers.len() {
+            let target = format!(
+                "{}/webhooks/{ENDPOINT}",
+                receivers[copy % receivers.len()].base_url()
+            );
+            let delivery = client::sign(
+                provider.as_ref(),
+                id,
+                chrono::Utc::now().timestamp() - copy as i64,
+                None,
+                client::sample_payment(id),
+            )
+            .expect("the delivery is signed");
+            requests.push((id.clone(), target, delivery));
+        }
+    }
+    let answers: Vec<(String, client::Answer)> =
+        futures_util::stream::iter(requests.into_iter().map(|(id, target, delivery)| {
+            let http = http.clone();
+            async move {
+                let answer = client::post(&http, &target, &delivery)
+                    .await
+                    .expect("the receiver answers");
+                (id, answer)
+            }
+        }))
+        .buffer_unordered(64)
+        .collect()
+        .await;
+
+    let mut bodies: HashMap<&str, HashSet<&str>> = HashMap::new();
+    for (id, answer) in &answers {
+        assert!(
+            (200..300).contains(&answer.status) || answer.status == 409,
+            "{id} was answered {}: {}",
+            answer.status,
+            answer.body
+        );
+        if (200..300).contains(&answer.status) {
+            bodies.entry(id).or_default().insert(&answer.body);
+        }
+    }
+    for id in &ids {
+        let seen = bodies.get(id.as_str()).map_or(0, HashSet::len);
+        assert_eq!(
+            seen, 1,
+            "{id}: every 2xx answer must carry the same body, and at least one must be 2xx"
+        );
+    }
+
+    let mut conn = PgConn::establish(&url).await.expect("a connection");
+    let effects: Vec<(String, i64)> = ledger_entries::table
+        .filter(ledger_entries::endpoint.eq(ENDPOINT))
+        .group_by(ledger_entries::delivery_id)
+        .select((ledger_entries::delivery_id, diesel::dsl::count_star()))
+        .load(&mut conn)
+        .await
+        .expect("the ledger is read");
+    let effects: HashMap<String, i64> = effects.into_iter().collect();
+    for id in &ids {
+        assert_eq!(
+            effects.get(id),
+            Some(&1),
+            "{id} must have exactly one effect"
+        );
+    }
+    assert_eq!(effects.len(), IDS, "no effect for an id that was not sent");
+
+    drop((a, b, c));
+    drop_schema(&schema).await;
+}
+
+/// The load generator itself, as CI can afford it: a few hundred requests
+/// against a receiver on SQLite, with the correctness columns checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_load_generator_storm_reports_one_effect_per_id_and_identical_bodies() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let database_url = format!("sqlite://{}", dir.path().join("receiver.db").display());
+    let receiver = Receiver::start(dir.path(), "smoke", &database_url).await;
+    for (scenario, requests) in [("storm", "320"), ("mixed", "300")] {
+        let output = Command::new(LOADGEN)
+            .args(["--url", &receiver.base_url(), "--endpoint", ENDPOINT])
+            .args(["--secret", SECRET, "--scenario", scenario])
+            .args(["--concurrency", "16", "--storm-copies", "16"])
+            .args(["--requests", requests, "--duration", "60"])
+            .args(["--replay-keys", "50", "--database-url", &database_url])
+            .output()
+            .expect("the load generator runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "loadgen {scenario} failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let result = stdout
+            .lines()
+            .find(|line| line.starts_with("RESULT "))
+            .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"));
+        assert!(result.contains("one_effect=ok"), "{result}");
+        assert!(result.contains("bodies_identical=ok"), "{result}");
+        assert!(result.contains("bad_status=false"), "{result}");
+    }
+}

@@ -1,7 +1,7 @@
 use super::{PgConn, Pools, SqliteConn, Store, StoreError};
 use diesel::ConnectionError;
 use diesel_async::pooled_connection::deadpool::Pool;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 use futures_util::FutureExt;
 use std::path::PathBuf;
@@ -124,13 +124,6 @@ impl Store {
                     options.statement_timeout.as_millis().max(1)
                 );
                 let mut config = ManagerConfig::<PgConn>::default();
-                // `Verified` would send `SELECT 1` on every checkout: a round
-                // trip per replay, half of its cost (see the README's
-                // Performance section). `Fast` still discards a connection
-                // whose socket tokio-postgres saw close; one that died
-                // unnoticed fails its first query, which answers 503 and is
-                // retried.
-                config.recycling_method = RecyclingMethod::Fast;
                 config.custom_setup = Box::new(move |url| {
                     let setup = setup.clone();
                     let url = url.to_owned();

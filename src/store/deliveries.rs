@@ -77,6 +77,38 @@ impl DeliveryRow {
     }
 }
 
+/// The columns a key's completion writes: its answer, and no lease any more.
+/// One changeset for the engine's fenced completion and an operator's
+/// reprocessing, so the two cannot drift apart.
+#[derive(AsChangeset)]
+#[diesel(table_name = deliveries)]
+#[diesel(treat_none_as_null = true)]
+struct Completion<'a> {
+    status: &'a str,
+    response_status: i32,
+    response_content_type: &'a str,
+    response_body: &'a [u8],
+    response_location: Option<&'a str>,
+    completed_at: NaiveDateTime,
+    lease_owner: Option<&'a str>,
+    lease_expires_at: Option<NaiveDateTime>,
+}
+
+impl<'a> Completion<'a> {
+    fn of(response: &'a StoredResponse, now: NaiveDateTime) -> Completion<'a> {
+        Completion {
+            status: COMPLETED,
+            response_status: i32::from(response.status),
+            response_content_type: &response.content_type,
+            response_body: &response.body,
+            response_location: response.location.as_deref(),
+            completed_at: now,
+            lease_owner: None,
+            lease_expires_at: None,
+        }
+    }
+}
+
 /// What a successful claim holds: the fencing token its completion must show.
 #[derive(Debug, Clone)]
 pub struct Claimed {
@@ -214,16 +246,7 @@ impl DbConn {
             diesel::update(deliveries::table.find((endpoint, delivery_id)))
                 .filter(dsl::status.eq(IN_PROGRESS))
                 .filter(dsl::lease_owner.eq(lease_owner))
-                .set((
-                    dsl::status.eq(COMPLETED),
-                    dsl::response_status.eq(i32::from(response.status)),
-                    dsl::response_content_type.eq(&response.content_type),
-                    dsl::response_body.eq(&response.body),
-                    dsl::response_location.eq(&response.location),
-                    dsl::completed_at.eq(now),
-                    dsl::lease_owner.eq(None::<String>),
-                    dsl::lease_expires_at.eq(None::<NaiveDateTime>),
-                ))
+                .set(Completion::of(response, now))
                 .execute(c)
                 .await
         })?;
@@ -319,14 +342,7 @@ impl DbConn {
         let updated = with_conn!(self, |c| {
             diesel::update(deliveries::table.find((endpoint, delivery_id)))
                 .set((
-                    dsl::status.eq(COMPLETED),
-                    dsl::response_status.eq(i32::from(response.status)),
-                    dsl::response_content_type.eq(&response.content_type),
-                    dsl::response_body.eq(&response.body),
-                    dsl::response_location.eq(&response.location),
-                    dsl::completed_at.eq(now),
-                    dsl::lease_owner.eq(None::<String>),
-                    dsl::lease_expires_at.eq(None::<NaiveDateTime>),
+                    Completion::of(response, now),
                     dsl::attempts.eq(dsl::attempts + 1),
                 ))
                 .execute(c)

@@ -3,7 +3,7 @@
 
 use crate::client_keys::Mismatch;
 use crate::providers::{self, HmacSpec, Provider, ProviderSpec};
-use crate::store::DatabaseUrl;
+use crate::store::{DatabaseUrl, ReplayCacheOptions};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +54,12 @@ pub struct Settings {
     pub lease: Duration,
     pub in_progress_wait: Duration,
     pub pool_size: usize,
+    /// The in-process cache of completed keys: its byte budget (0: off)...
+    pub replay_cache_bytes: u64,
+    /// ...and how long an entry may be served before it is read again.
+    pub replay_cache_ttl: Duration,
+    /// How often replay counts are written to `deliveries.replays`.
+    pub replay_count_interval: Duration,
     pub workers: Option<usize>,
     pub endpoints: Vec<EndpointSettings>,
     pub idempotency: IdempotencySettings,
@@ -163,6 +169,9 @@ struct RawSettings {
     lease: Option<String>,
     in_progress_wait: Option<String>,
     pool_size: Option<usize>,
+    replay_cache_bytes: Option<u64>,
+    replay_cache_ttl: Option<String>,
+    replay_count_interval: Option<String>,
     workers: Option<usize>,
     max_body_bytes: Option<usize>,
     purge_interval: Option<String>,
@@ -453,6 +462,19 @@ impl Settings {
                 Duration::from_secs(5),
             )?,
             pool_size: raw.pool_size.unwrap_or(16),
+            replay_cache_bytes: raw
+                .replay_cache_bytes
+                .unwrap_or(ReplayCacheOptions::default().bytes),
+            replay_cache_ttl: duration(
+                "replay_cache_ttl",
+                raw.replay_cache_ttl.as_ref(),
+                ReplayCacheOptions::default().ttl,
+            )?,
+            replay_count_interval: duration(
+                "replay_count_interval",
+                raw.replay_count_interval.as_ref(),
+                Duration::from_secs(5),
+            )?,
             workers: raw.workers,
             data_dir,
             endpoints,

@@ -61,7 +61,6 @@ pub mod maintenance;
 pub mod payments;
 pub mod problem;
 pub mod providers;
-pub mod replay_count;
 pub mod reply;
 pub mod secret;
 pub mod startup;

@@ -8,7 +8,7 @@ use crate::handlers::Registry;
 use crate::health;
 use crate::maintenance::{PurgeTask, short_retentions};
 use crate::payments;
-use crate::store::{Store, StoreError, StoreOptions};
+use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
 use crate::telemetry::{self, request_id::RequestIds};
 use crate::webhooks::{Endpoint, Webhooks};
 use actix_web::dev::Server;
@@ -35,6 +35,10 @@ pub fn store_options(settings: &Settings) -> StoreOptions {
     StoreOptions {
         pool_size: settings.pool_size,
         lock_wait: settings.in_progress_wait,
+        replay_cache: ReplayCacheOptions {
+            bytes: settings.replay_cache_bytes,
+            ttl: settings.replay_cache_ttl,
+        },
         ..StoreOptions::default()
     }
 }
@@ -57,6 +61,7 @@ pub fn engine(settings: &Settings, store: Store) -> Engine {
             lease: settings.lease,
             in_progress_wait: settings.in_progress_wait,
             retention: settings.retention,
+            replay_count_every: settings.replay_count_interval,
         },
     )
 }

@@ -3,9 +3,9 @@ use super::key::{self, KeyError};
 use super::tx::{Slot, Unit};
 use crate::engine::{Claim, ClaimRequest, Engine, EngineError, Outcome};
 use crate::problem::Problem;
+use crate::reply;
 use crate::store::StoredResponse;
 use crate::telemetry::metrics;
-use crate::{replay_count, reply};
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::header::{CONTENT_TYPE, HeaderName, LOCATION};
@@ -215,7 +215,7 @@ where
             let claim = config
                 .engine
                 .claim(&ClaimRequest {
-                    scope: scope.clone(),
+                    scope,
                     key: key.as_str().to_owned(),
                     fingerprint: fingerprint(&method, &route, &body),
                     event_type: None,
@@ -232,7 +232,6 @@ where
                         HeaderName::from_static("idempotent-replayed"),
                         actix_web::http::header::HeaderValue::from_static("true"),
                     );
-                    replay_count::count_in_background(store, scope, key.as_str().to_owned(), None);
                     return (Ok(req.into_response(response)), Some("replayed"));
                 }
                 Ok(Claim::InProgress { retry_after }) => {

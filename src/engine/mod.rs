@@ -9,6 +9,7 @@
 
 mod claim;
 mod outcome;
+mod replay_tally;
 
 pub use claim::{Claim, Lease, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
@@ -52,6 +53,9 @@ pub struct EngineOptions {
     /// How long a completed key is remembered. Past it, the key is forgotten
     /// even if the purge has not deleted the row yet: a repeat runs again.
     pub retention: Duration,
+    /// How often the replays answered from what is stored are added to
+    /// `deliveries.replays` (see `replay_tally`).
+    pub replay_count_every: Duration,
 }
 
 impl Default for EngineOptions {
@@ -60,6 +64,7 @@ impl Default for EngineOptions {
             lease: Duration::from_secs(60),
             in_progress_wait: Duration::from_secs(5),
             retention: Duration::from_secs(72 * 3600),
+            replay_count_every: Duration::from_secs(5),
         }
     }
 }
@@ -73,6 +78,7 @@ struct Inner {
     store: Store,
     options: EngineOptions,
     instance: String,
+    replays: Arc<replay_tally::ReplayTally>,
 }
 
 /// Someone else holds the key: try again after a pause, within the wait, or
@@ -108,6 +114,7 @@ impl Engine {
                 store,
                 options,
                 instance,
+                replays: Arc::default(),
             }),
         }
     }
@@ -218,7 +225,12 @@ impl Engine {
         let mut pause = FIRST_PAUSE;
         loop {
             match self.try_claim(request).await? {
-                Ok(claim) => return Ok(claim),
+                Ok(claim) => {
+                    if matches!(claim, Claim::Replay(_)) {
+                        self.count_replay(request);
+                    }
+                    return Ok(claim);
+                }
                 Err(Busy(retry_after)) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     if remaining.is_zero() {
@@ -232,10 +244,17 @@ impl Engine {
     }
 
     async fn try_claim(&self, request: &ClaimRequest) -> Result<Attempt, EngineError> {
-        // A completed row is immutable until it expires, so a plain read can
-        // answer a replay without taking a write lock. Anything else goes to
-        // the atomic claim below: this read never decides to run anything.
-        if let Some(row) = lookup(&mut self.store().conn().await?, request).await? {
+        // A completed row is immutable until it expires, so what this
+        // process already read of it still holds: most redeliveries end here.
+        if let Some(claim) = self.cached(request) {
+            return Ok(Ok(claim));
+        }
+
+        // A plain read can answer a replay without taking a write lock.
+        // Anything else goes to the atomic claim below, on the same
+        // connection: this read never decides to run anything.
+        let mut conn = self.store().conn().await?;
+        if let Some(row) = lookup(&mut conn, request).await? {
             match self.judge(&row, request, now())? {
                 Verdict::Replay(stored) => return Ok(Ok(Claim::Replay(stored))),
                 Verdict::Mismatch => return Ok(Ok(Claim::Mismatch)),
@@ -244,7 +263,13 @@ impl Engine {
             }
         }
 
-        let mut tx = self.store().begin().await?;
+        let mut tx = self.store().begin_on(conn).await?;
+        // On SQLite the transaction may have queued behind a duplicate's:
+        // if that one's answer is known by now, the claim is not needed.
+        if let Some(claim) = self.cached(request) {
+            claim::end(tx).await;
+            return Ok(Ok(claim));
+        }
         match self.claim_in(tx.conn(), request).await {
             Ok(Ok(claimed)) => {
                 if claimed.taken_over {
@@ -273,6 +298,40 @@ impl Engine {
                 claim::end(tx).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Answers `request` from the replay cache alone: a replay or a
+    /// mismatch, without a database round trip or a task of its own.
+    /// `None`: only [`Engine::process`] or [`Engine::claim`] can tell.
+    pub fn answer_from_cache(&self, request: &ClaimRequest) -> Option<Outcome> {
+        match self.cached(request)? {
+            Claim::Replay(stored) => {
+                self.count_replay(request);
+                Some(Outcome::Replayed(stored))
+            }
+            Claim::Mismatch => Some(Outcome::Mismatch),
+            Claim::Fresh(_) | Claim::InProgress { .. } => None,
+        }
+    }
+
+    fn count_replay(&self, request: &ClaimRequest) {
+        self.inner
+            .replays
+            .count(self.store(), request, self.inner.options.replay_count_every);
+    }
+
+    /// The answer the replay cache holds for `request`, if any.
+    fn cached(&self, request: &ClaimRequest) -> Option<Claim> {
+        let hit = self
+            .store()
+            .replay_cache()
+            .get(&request.scope, &request.key)?;
+        match self.judge_completed(&hit.request_hash, hit.received_at, request, now()) {
+            None => Some(Claim::Replay(hit.response.clone())),
+            Some(Verdict::Mismatch) => Some(Claim::Mismatch),
+            // Past the retention: the database decides what happens.
+            Some(_) => None,
         }
     }
 
@@ -334,6 +393,8 @@ impl Engine {
         }
     }
 
+    /// What a stored row means for `request`. A completed row read here is
+    /// remembered in the replay cache.
     fn judge(
         &self,
         row: &DeliveryRow,
@@ -341,18 +402,21 @@ impl Engine {
         now: NaiveDateTime,
     ) -> Result<Verdict, EngineError> {
         if row.status == crate::store::COMPLETED {
-            // Past the retention the key is forgotten, whatever it was used
-            // for: the docs promise that a repeat then runs again.
-            let retention = request.retention.unwrap_or(self.inner.options.retention);
-            if row.received_at + to_delta(retention) <= now {
-                return Ok(Verdict::Expired);
-            }
-            if row.request_hash != request.fingerprint {
-                return Ok(Verdict::Mismatch);
+            if let Some(verdict) =
+                self.judge_completed(&row.request_hash, row.received_at, request, now)
+            {
+                return Ok(verdict);
             }
             let stored = row
                 .stored_response()
                 .ok_or(EngineError::Corrupt("a completed row has no response"))?;
+            self.store().replay_cache().remember(
+                &row.endpoint,
+                &row.delivery_id,
+                &row.request_hash,
+                row.received_at,
+                &stored,
+            );
             return Ok(Verdict::Replay(stored));
         }
         if row.request_hash != request.fingerprint {
@@ -368,6 +432,27 @@ impl Engine {
             }
             _ => Ok(Verdict::Stale),
         }
+    }
+
+    /// What a completed key means for `request`, whether it was read from
+    /// the database or the replay cache; `None`: replay its response.
+    fn judge_completed(
+        &self,
+        request_hash: &str,
+        received_at: NaiveDateTime,
+        request: &ClaimRequest,
+        now: NaiveDateTime,
+    ) -> Option<Verdict> {
+        // Past the retention the key is forgotten, whatever it was used
+        // for: the docs promise that a repeat then runs again.
+        let retention = request.retention.unwrap_or(self.inner.options.retention);
+        if received_at + to_delta(retention) <= now {
+            return Some(Verdict::Expired);
+        }
+        if request_hash != request.fingerprint {
+            return Some(Verdict::Mismatch);
+        }
+        None
     }
 }
 

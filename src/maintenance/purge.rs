@@ -127,6 +127,11 @@ async fn delete_in_batches(
             return Ok(());
         }
         let deleted = delete_batch(store, expiry, &keys).await?;
+        // A purge with `--older-than` below the retention forgets keys the
+        // replay cache would otherwise still answer for.
+        for key in &keys {
+            store.replay_cache().forget(&key.scope, &key.delivery_id);
+        }
         let rows: u64 = deleted.iter().map(|(_, _, n)| n).sum();
         if rows > 0 {
             report.batches += 1;

@@ -120,5 +120,8 @@ pub async fn reprocess(
     )
     .await?;
     tx.commit().await?;
+    // Redeliveries get the new answer from now on, in this process; another
+    // instance's cache may answer the old one for up to its TTL.
+    store.replay_cache().forget(endpoint, delivery_id);
     Ok(response)
 }

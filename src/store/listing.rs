@@ -239,13 +239,14 @@ impl DbConn {
             .collect())
     }
 
-    /// Counts one redelivery of a key answered from the store. `body_key`
-    /// finds the row a repeat matched by its body under another id.
-    pub async fn count_replay(
+    /// Adds `n` replays to a key answered from the store. `body_key` finds
+    /// the row a repeat matched by its body under another id.
+    pub async fn count_replays(
         &mut self,
         endpoint: &str,
         delivery_id: &str,
         body_key: Option<&str>,
+        n: i32,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
             diesel::update(
@@ -256,7 +257,7 @@ impl DbConn {
                         .or(dsl::body_key.eq(body_key)),
                 ),
             )
-            .set(dsl::replays.eq(dsl::replays + 1))
+            .set(dsl::replays.eq(dsl::replays + n))
             .execute(c)
             .await
         })?;

@@ -10,6 +10,7 @@ mod history;
 mod listing;
 mod migrate;
 mod pool;
+mod replay_cache;
 pub mod schema;
 
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
@@ -25,6 +26,7 @@ pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
 };
 pub use pool::{DatabaseUrl, StoreOptions};
+pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
 
 /// The embedded backend's connection: diesel's synchronous SQLite connection,
 /// each call run on tokio's blocking pool.
@@ -80,7 +82,20 @@ enum Pools {
 #[derive(Clone)]
 pub struct Store {
     pools: Pools,
-    url: Arc<DatabaseUrl>,
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a [`Store`] shares besides the pool.
+struct Shared {
+    url: DatabaseUrl,
+    replays: ReplayCache,
+    /// SQLite has one writer at a time. Writers of this process queue here,
+    /// first come first served, instead of polling the file lock through
+    /// SQLite's busy handler, whose sleeps (up to 100 ms each) would be
+    /// most of a storm's latency. Other processes (the CLI) still meet the
+    /// busy handler.
+    write_gate: Option<Arc<tokio::sync::Mutex<()>>>,
+    acquire_timeout: std::time::Duration,
 }
 
 /// Which backend a [`Store`] talks to.
@@ -111,9 +126,45 @@ impl Store {
     /// is dropped open takes its connection out of the pool (the pool refuses
     /// connections with an open transaction), so the database rolls it back.
     pub async fn begin(&self) -> Result<Transaction, StoreError> {
+        // The gate before the connection: a task waiting at the gate then
+        // holds no connection that the gate's holder might need.
+        let gate = self.enter_write_gate().await?;
         let mut conn = self.conn().await?;
         with_conn!(&mut conn, |c| begin(c).await)?;
-        Ok(Transaction { conn })
+        Ok(Transaction { conn, _gate: gate })
+    }
+
+    /// Opens a transaction on `conn`, a connection already checked out for
+    /// a read, so that a read and the transaction after it cost one pool
+    /// checkout. On SQLite the connection goes back first: the write gate
+    /// is taken with no connection held.
+    pub async fn begin_on(&self, mut conn: DbConn) -> Result<Transaction, StoreError> {
+        if self.shared.write_gate.is_some() {
+            drop(conn);
+            return self.begin().await;
+        }
+        with_conn!(&mut conn, |c| begin(c).await)?;
+        Ok(Transaction { conn, _gate: None })
+    }
+
+    async fn enter_write_gate(
+        &self,
+    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, StoreError> {
+        let Some(gate) = &self.shared.write_gate else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(self.shared.acquire_timeout, gate.clone().lock_owned()).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no SQLite write slot within {:?}",
+                self.shared.acquire_timeout
+            ))),
+        }
+    }
+
+    /// Completed keys this process has read, to answer repeats from memory.
+    pub fn replay_cache(&self) -> &ReplayCache {
+        &self.shared.replays
     }
 
     /// How many connections the pool holds and how many callers wait for one.
@@ -141,6 +192,9 @@ async fn rollback<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
 /// the call that ends it, so nothing can write through it afterwards.
 pub struct Transaction {
     conn: DbConn,
+    /// Dropped after `conn`: the write slot is held until the connection is
+    /// back in the pool.
+    _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Transaction {

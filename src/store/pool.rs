@@ -1,4 +1,6 @@
-use super::{PgConn, Pools, SqliteConn, Store, StoreError};
+use super::{
+    PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
+};
 use diesel::ConnectionError;
 use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
@@ -69,6 +71,8 @@ pub struct StoreOptions {
     pub busy_timeout: Duration,
     /// The longest any PostgreSQL statement may run.
     pub statement_timeout: Duration,
+    /// The in-process cache of completed keys.
+    pub replay_cache: ReplayCacheOptions,
 }
 
 impl Default for StoreOptions {
@@ -79,6 +83,7 @@ impl Default for StoreOptions {
             lock_wait: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
+            replay_cache: ReplayCacheOptions::default(),
         }
     }
 }
@@ -140,14 +145,21 @@ impl Store {
                 Pools::Pg(build_pool(manager, options)?)
             }
         };
+        let write_gate =
+            matches!(pools, Pools::Sqlite(_)).then(|| Arc::new(tokio::sync::Mutex::new(())));
         Ok(Store {
             pools,
-            url: Arc::new(url.clone()),
+            shared: Arc::new(Shared {
+                url: url.clone(),
+                replays: ReplayCache::new(&options.replay_cache),
+                write_gate,
+                acquire_timeout: options.acquire_timeout,
+            }),
         })
     }
 
     pub fn url(&self) -> &DatabaseUrl {
-        &self.url
+        &self.shared.url
     }
 }
 

@@ -36,6 +36,7 @@ pub const POOL_MAX_SIZE: &str = "ir_db_pool_max_size";
 pub const POOL_SIZE: &str = "ir_db_pool_size";
 pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
 pub const POOL_WAITING: &str = "ir_db_pool_waiting";
+pub const REPLAY_CACHE_ENTRIES: &str = "ir_replay_cache_entries";
 
 /// The Prometheus text format's content type.
 pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -183,6 +184,10 @@ fn describe() {
     );
     describe_gauge!(POOL_AVAILABLE, "Idle connections in the database pool.");
     describe_gauge!(POOL_WAITING, "Callers waiting for a database connection.");
+    describe_gauge!(
+        REPLAY_CACHE_ENTRIES,
+        "Completed keys held in memory to answer repeats without the database."
+    );
 }
 
 fn answered(endpoint: &str, provider: &'static str, outcome: &'static str, elapsed: Duration) {
@@ -321,6 +326,7 @@ pub fn sample_pool(store: &Store) {
     gauge(POOL_SIZE, status.size);
     gauge(POOL_AVAILABLE, status.available);
     gauge(POOL_WAITING, status.waiting);
+    ::metrics::gauge!(REPLAY_CACHE_ENTRIES).set(store.replay_cache().len() as f64);
 }
 
 /// Registers `GET /metrics`, rendering `handle` after sampling `store`'s pool.

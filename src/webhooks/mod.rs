@@ -9,9 +9,9 @@ use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::handlers::{Event, Handler};
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
+use crate::reply;
 use crate::telemetry::metrics::{self, Conflict};
 use crate::telemetry::request_id::{AnswerLogged, millis};
-use crate::{replay_count, reply};
 use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
@@ -173,11 +173,16 @@ async fn answer(
     span.record("event_type", claim.event_type.as_deref().unwrap_or(""));
 
     let engine = webhooks.engine().clone();
-    let replayed_key = (
-        claim.scope.clone(),
-        claim.key.clone(),
-        claim.body_key.clone(),
-    );
+    if let Some(outcome) = engine.answer_from_cache(&claim) {
+        let result = Ok(outcome);
+        count(&endpoint.name, provider, &result, started.elapsed());
+        return Answered {
+            outcome: reply::outcome_name(&result),
+            response: reply::respond(result),
+            reason: None,
+            detail: None,
+        };
+    }
     let operation = RunHandlers::new(endpoint.clone(), event);
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to clean.
@@ -201,10 +206,6 @@ async fn answer(
         }
     };
     count(&endpoint.name, provider, &result, started.elapsed());
-    if matches!(result, Ok(Outcome::Replayed(_))) {
-        let (scope, key, body_key) = replayed_key;
-        replay_count::count_in_background(webhooks.engine().store(), scope, key, body_key);
-    }
     Answered {
         outcome: reply::outcome_name(&result),
         response: reply::respond(result),

@@ -320,6 +320,9 @@ impl TestApp {
         })
         .expect("the update runs");
         assert_eq!(updated, 1, "no key {key:?} in scope {scope:?}");
+        // Time passing is simulated in the database only: the replay cache
+        // (which trusts a completed row's received_at) must read it again.
+        self.store.replay_cache().forget(scope, key);
     }
 
     /// The webhook face over this app's store and handlers, for operator
@@ -337,6 +340,7 @@ impl TestApp {
             with_conn!(&mut conn, |c| diesel::sql_query(&sql).execute(c).await)
                 .expect("the delete runs");
         }
+        self.store.replay_cache().clear();
     }
 
     /// Moves a delivery's `received_at` into the past, as if it had arrived
@@ -538,7 +542,7 @@ impl TestAppBuilder {
         };
         let handlers: Vec<String> = self.handlers.iter().map(|h| format!("{h:?}")).collect();
         let config = format!(
-            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\n{top}[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n{extra}",
+            "listen = \"127.0.0.1:0\"\nworkers = 2\nin_progress_wait = \"500ms\"\nreplay_count_interval = \"100ms\"\n{top}[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\", \"{OTHER_SECRET}\"]\nhandlers = [{handlers}]\n[endpoints.other]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [{handlers}]\n{extra}",
             handlers = handlers.join(", "),
             extra = self.endpoints_toml,
             top = self.top_level,

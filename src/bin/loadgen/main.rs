@@ -6,6 +6,8 @@
 //! It measures the whole server (HTTP, verification, engine, database), so
 //! that `bench/run.sh` can put it beside `pgbench` running the same SQL.
 
+mod wire;
+
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use idempotent_receiver::client::{self, SignedDelivery};
@@ -14,8 +16,8 @@ use idempotent_receiver::store::schema::ledger_entries;
 use idempotent_receiver::store::{DatabaseUrl, Store, StoreOptions};
 use idempotent_receiver::with_conn;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -74,27 +76,67 @@ struct Args {
     label: Option<String>,
 }
 
-/// What every request of a run adds to.
+/// What a worker's requests add up to; merged into one at the end, so that
+/// no lock is taken per request.
 #[derive(Default)]
 struct Tally {
-    latencies_us: Mutex<Vec<u64>>,
-    statuses: Mutex<BTreeMap<String, u64>>,
+    latencies_us: Vec<u64>,
+    statuses: BTreeMap<String, u64>,
     /// Per id: the distinct 2xx bodies seen (a replay must be byte-identical).
-    bodies: Mutex<HashMap<String, HashSet<Vec<u8>>>>,
+    bodies: HashMap<String, HashSet<Vec<u8>>>,
     /// Ids sent fresh (or stormed) during the measured phase.
-    new_ids: Mutex<HashSet<String>>,
+    new_ids: HashSet<String>,
     /// Ids that received at least one 2xx answer.
-    acknowledged: Mutex<HashSet<String>>,
-    sent: AtomicU64,
+    acknowledged: HashSet<String>,
+}
+
+impl Tally {
+    fn record(&mut self, id: &str, sample: Sample) {
+        self.latencies_us.push(sample.elapsed.as_micros() as u64);
+        let status = match &sample.answer {
+            Ok(a) => a.status.to_string(),
+            Err(_) => "transport-error".to_owned(),
+        };
+        *self.statuses.entry(status).or_default() += 1;
+        if let Ok(a) = sample.answer
+            && (200..300).contains(&a.status)
+        {
+            if !self.acknowledged.contains(id) {
+                self.acknowledged.insert(id.to_owned());
+            }
+            let bodies = self.bodies.entry(id.to_owned()).or_default();
+            if !bodies.contains(&a.body) {
+                bodies.insert(a.body);
+            }
+        }
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.latencies_us.extend(other.latencies_us);
+        for (status, n) in other.statuses {
+            *self.statuses.entry(status).or_default() += n;
+        }
+        for (id, bodies) in other.bodies {
+            self.bodies.entry(id).or_default().extend(bodies);
+        }
+        self.new_ids.extend(other.new_ids);
+        self.acknowledged.extend(other.acknowledged);
+    }
+}
+
+/// One timed request.
+struct Sample {
+    elapsed: Duration,
+    answer: anyhow::Result<wire::Answer>,
 }
 
 struct Driver {
-    http: reqwest::Client,
-    target: String,
+    target: wire::Target,
     provider: Box<dyn Provider>,
     prefix: String,
     next_id: AtomicU64,
-    tally: Tally,
+    /// Measured requests sent so far, against `--requests`.
+    sent: AtomicU64,
 }
 
 impl Driver {
@@ -115,62 +157,47 @@ impl Driver {
         Ok(client::sign(self.provider.as_ref(), id, now, None, body)?)
     }
 
-    /// One request, timed from the send to the last byte of the body.
-    async fn send(&self, id: &str, measured: bool) -> anyhow::Result<()> {
+    /// One request on `conn`, timed from the send to the last byte of the
+    /// body.
+    async fn send(&self, conn: &mut wire::Conn, id: &str) -> anyhow::Result<Sample> {
         let delivery = self.signed(id)?;
         let started = Instant::now();
-        let answer = client::post(&self.http, &self.target, &delivery).await;
-        let elapsed = started.elapsed();
-        if !measured {
-            return match answer {
-                Ok(a) if (200..300).contains(&a.status) => Ok(()),
-                Ok(a) => bail!("preparing {id}: HTTP {}: {}", a.status, a.body),
-                Err(e) => Err(e.into()),
-            };
-        }
-        self.tally.sent.fetch_add(1, Ordering::Relaxed);
-        lock(&self.tally.latencies_us).push(elapsed.as_micros() as u64);
-        let status = match &answer {
-            Ok(a) => a.status.to_string(),
-            Err(_) => "transport-error".to_owned(),
-        };
-        *lock(&self.tally.statuses).entry(status).or_default() += 1;
-        if let Ok(a) = answer
-            && (200..300).contains(&a.status)
-        {
-            lock(&self.tally.acknowledged).insert(id.to_owned());
-            lock(&self.tally.bodies)
-                .entry(id.to_owned())
-                .or_default()
-                .insert(a.body.into_bytes());
-        }
+        let answer = conn.post(&delivery.headers, &delivery.body).await;
+        Ok(Sample {
+            elapsed: started.elapsed(),
+            answer,
+        })
+    }
+
+    async fn measured(
+        &self,
+        conn: &mut wire::Conn,
+        tally: &mut Tally,
+        id: &str,
+    ) -> anyhow::Result<()> {
+        let sample = self.send(conn, id).await?;
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        tally.record(id, sample);
         Ok(())
     }
 
-    /// `copies` parallel requests for one new id.
-    async fn storm(&self, copies: usize) -> anyhow::Result<()> {
+    /// One parallel copy of a new id per connection in `conns`.
+    async fn storm(&self, conns: &mut [wire::Conn], tally: &mut Tally) -> anyhow::Result<()> {
         let id = self.new_id("s");
-        lock(&self.tally.new_ids).insert(id.clone());
-        let sends = (0..copies).map(|_| self.send(&id, true));
-        for result in futures_util::future::join_all(sends).await {
-            result?;
+        tally.new_ids.insert(id.clone());
+        let sends = conns.iter_mut().map(|conn| self.send(conn, &id));
+        for sample in futures_util::future::join_all(sends).await {
+            self.sent.fetch_add(1, Ordering::Relaxed);
+            tally.record(&id, sample?);
         }
         Ok(())
     }
 
-    async fn fresh(&self) -> anyhow::Result<()> {
+    async fn fresh(&self, conn: &mut wire::Conn, tally: &mut Tally) -> anyhow::Result<()> {
         let id = self.new_id("f");
-        lock(&self.tally.new_ids).insert(id.clone());
-        self.send(&id, true).await
+        tally.new_ids.insert(id.clone());
+        self.measured(conn, tally, &id).await
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A worker that panicked mid-update leaves a tally that is still usable
-    // for a report; the panic itself fails the run.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[tokio::main]
@@ -196,27 +223,21 @@ async fn run() -> anyhow::Result<bool> {
     };
     let provider = providers::build("standard-webhooks", &spec).context("--secret")?;
     let concurrency = args.concurrency.max(1);
-    // One idle keep-alive connection per worker (a storm's copies each need
-    // one too), so that no request pays for a TCP handshake after warm-up.
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(concurrency.max(args.storm_copies))
-        .timeout(Duration::from_secs(30))
-        .build()?;
     let prefix = args
         .id_prefix
         .clone()
         .unwrap_or_else(|| format!("lg{}", &uuid::Uuid::new_v4().simple().to_string()[..8]));
+    let target = wire::Target::parse(&format!(
+        "{}/webhooks/{}",
+        args.url.trim_end_matches('/'),
+        args.endpoint
+    ))?;
     let driver = Arc::new(Driver {
-        http,
-        target: format!(
-            "{}/webhooks/{}",
-            args.url.trim_end_matches('/'),
-            args.endpoint
-        ),
+        target,
         provider,
         prefix,
         next_id: AtomicU64::new(0),
-        tally: Tally::default(),
+        sent: AtomicU64::new(0),
     });
 
     let replays = matches!(args.scenario, Scenario::Replay | Scenario::Mixed);
@@ -238,29 +259,40 @@ async fn run() -> anyhow::Result<bool> {
         let scenario = args.scenario;
         let (copies, keys) = (args.storm_copies.max(1), args.replay_keys.max(1));
         tasks.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            // One keep-alive connection for single requests, and one per
+            // copy for storms.
+            let mut conn = wire::Conn::new(driver.target.clone());
+            let mut storm_conns = Vec::new();
+            if matches!(scenario, Scenario::Storm | Scenario::Mixed) {
+                storm_conns = (0..copies)
+                    .map(|_| wire::Conn::new(driver.target.clone()))
+                    .collect();
+            }
             let mut draw = (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-            while driver.tally.sent.load(Ordering::Relaxed) < budget && Instant::now() < deadline {
+            while driver.sent.load(Ordering::Relaxed) < budget && Instant::now() < deadline {
                 // xorshift: cheap, and reproducible per worker.
                 draw ^= draw << 13;
                 draw ^= draw >> 7;
                 draw ^= draw << 17;
-                let result = match scenario {
-                    Scenario::Fresh => driver.fresh().await,
-                    Scenario::Replay => driver.send(&driver.replay_id(draw % keys), true).await,
-                    Scenario::Storm => driver.storm(copies).await,
+                let replay = driver.replay_id(draw % keys);
+                match scenario {
+                    Scenario::Fresh => driver.fresh(&mut conn, &mut tally).await,
+                    Scenario::Replay => driver.measured(&mut conn, &mut tally, &replay).await,
+                    Scenario::Storm => driver.storm(&mut storm_conns, &mut tally).await,
                     Scenario::Mixed => match draw % 100 {
-                        0..70 => driver.send(&driver.replay_id(draw % keys), true).await,
-                        70..95 => driver.fresh().await,
-                        _ => driver.storm(copies).await,
+                        0..70 => driver.measured(&mut conn, &mut tally, &replay).await,
+                        70..95 => driver.fresh(&mut conn, &mut tally).await,
+                        _ => driver.storm(&mut storm_conns, &mut tally).await,
                     },
-                };
-                result?;
+                }?;
             }
-            anyhow::Ok(())
+            anyhow::Ok(tally)
         }));
     }
+    let mut tally = Tally::default();
     for task in tasks {
-        task.await.context("a worker panicked")??;
+        tally.merge(task.await.context("a worker panicked")??);
     }
     let elapsed = started.elapsed();
 
@@ -272,7 +304,7 @@ async fn run() -> anyhow::Result<bool> {
         .label
         .clone()
         .unwrap_or_else(|| format!("{:?}", args.scenario).to_lowercase());
-    Ok(report(&label, concurrency, elapsed, &driver.tally, effects))
+    Ok(report(&label, concurrency, elapsed, tally, effects))
 }
 
 /// Processes the ids that `replay` will repeat; not measured.
@@ -282,12 +314,22 @@ async fn prepare(driver: &Arc<Driver>, keys: u64, concurrency: usize) -> anyhow:
     for _ in 0..concurrency {
         let (driver, next) = (driver.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
+            let mut conn = wire::Conn::new(driver.target.clone());
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 if n >= keys {
                     return anyhow::Ok(());
                 }
-                driver.send(&driver.replay_id(n), false).await?;
+                let id = driver.replay_id(n);
+                match driver.send(&mut conn, &id).await?.answer {
+                    Ok(a) if (200..300).contains(&a.status) => {}
+                    Ok(a) => bail!(
+                        "preparing {id}: HTTP {}: {}",
+                        a.status,
+                        String::from_utf8_lossy(&a.body)
+                    ),
+                    Err(e) => return Err(e.context(format!("preparing {id}"))),
+                }
             }
         }));
     }
@@ -341,14 +383,15 @@ fn report(
     label: &str,
     concurrency: usize,
     elapsed: Duration,
-    tally: &Tally,
+    tally: Tally,
     effects: Option<HashMap<String, i64>>,
 ) -> bool {
-    let mut latencies = lock(&tally.latencies_us).clone();
+    let mut latencies = tally.latencies_us;
     latencies.sort_unstable();
     let sent = latencies.len() as u64;
     let rps = sent as f64 / elapsed.as_secs_f64().max(1e-9);
-    let statuses = lock(&tally.statuses)
+    let statuses = tally
+        .statuses
         .iter()
         .map(|(status, n)| format!("{status}:{n}"))
         .collect::<Vec<_>>()
@@ -356,13 +399,13 @@ fn report(
 
     // Every answer must be 2xx, or 409 for a copy that waited out
     // `in_progress_wait`; anything else (5xx, transport errors) is a failure.
-    let bad_status = lock(&tally.statuses)
+    let bad_status = tally
+        .statuses
         .keys()
         .any(|s| !(s.starts_with('2') || s == "409"));
-    let bodies_identical = lock(&tally.bodies).values().all(|set| set.len() == 1);
+    let bodies_identical = tally.bodies.values().all(|set| set.len() == 1);
     let one_effect = effects.as_ref().map(|effects| {
-        let new_ids = lock(&tally.new_ids);
-        let acknowledged = lock(&tally.acknowledged);
+        let (new_ids, acknowledged) = (&tally.new_ids, &tally.acknowledged);
         // An acknowledged id has exactly one row; none has two.
         effects.values().all(|&n| n == 1)
             && new_ids

@@ -1,0 +1,228 @@
+//! A bounded in-process cache of completed keys, so that a redelivery storm
+//! is answered without a database round trip per request.
+//!
+//! Only completed rows go in. A completed row never changes until its
+//! retention ends, so an entry read by one instance stays true whatever the
+//! other instances do; that is what makes the cache safe behind a load
+//! balancer. Two operator actions do change or remove a completed row before
+//! its retention: `reprocess` (new answer) and `purge --older-than` (key
+//! forgotten early). Done in this process they evict the entry; done by
+//! another process, the entry lives at most `ttl` more. Retention itself is
+//! checked on every hit by the engine, exactly as for a row read from the
+//! database.
+
+use super::StoredResponse;
+use chrono::NaiveDateTime;
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the engine needs of a completed row to answer a repeat.
+#[derive(Debug)]
+pub struct CachedCompletion {
+    pub request_hash: String,
+    pub received_at: NaiveDateTime,
+    pub response: StoredResponse,
+    cached_at: Instant,
+}
+
+/// The key of one entry: scope and key, separated by a byte that neither
+/// contains (scopes are endpoint names or `METHOD /route`, keys are printable
+/// header values).
+type EntryKey = String;
+
+#[derive(Clone)]
+struct BytesWeighter;
+
+impl Weighter<EntryKey, Arc<CachedCompletion>> for BytesWeighter {
+    fn weight(&self, key: &EntryKey, entry: &Arc<CachedCompletion>) -> u64 {
+        // What an entry really holds, plus the fixed overhead of its
+        // allocations, so that `bytes` bounds the memory and not a count.
+        let response = &entry.response;
+        (key.len()
+            + entry.request_hash.len()
+            + response.body.len()
+            + response.content_type.len()
+            + response.location.as_ref().map_or(0, String::len)
+            + 160) as u64
+    }
+}
+
+/// Settings of the cache; `bytes = 0` turns it off.
+#[derive(Clone, Debug)]
+pub struct ReplayCacheOptions {
+    pub bytes: u64,
+    pub ttl: Duration,
+}
+
+impl Default for ReplayCacheOptions {
+    fn default() -> Self {
+        ReplayCacheOptions {
+            bytes: 8 * 1024 * 1024,
+            ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+pub struct ReplayCache {
+    entries: Option<Cache<EntryKey, Arc<CachedCompletion>, BytesWeighter>>,
+    ttl: Duration,
+}
+
+/// Responses larger than this are always read from the database: one of
+/// them would push many small ones out.
+const LARGEST_ENTRY: usize = 64 * 1024;
+
+impl ReplayCache {
+    pub fn new(options: &ReplayCacheOptions) -> ReplayCache {
+        let entries = (options.bytes > 0 && !options.ttl.is_zero()).then(|| {
+            // The estimate only sizes the initial tables: ~512 bytes an entry.
+            let estimated = (options.bytes / 512).clamp(16, 1 << 20) as usize;
+            Cache::with_weighter(estimated, options.bytes, BytesWeighter)
+        });
+        ReplayCache {
+            entries,
+            ttl: options.ttl,
+        }
+    }
+
+    /// The completed row of `key` in `scope`, if it was read within the TTL.
+    pub fn get(&self, scope: &str, key: &str) -> Option<Arc<CachedCompletion>> {
+        let entries = self.entries.as_ref()?;
+        let entry = entries.get(entry_key(scope, key).as_str())?;
+        if entry.cached_at.elapsed() < self.ttl {
+            Some(entry)
+        } else {
+            None
+        }
+    }
+
+    /// Remembers a row that was read from the database as completed.
+    pub fn remember(
+        &self,
+        scope: &str,
+        key: &str,
+        request_hash: &str,
+        received_at: NaiveDateTime,
+        response: &StoredResponse,
+    ) {
+        let Some(entries) = &self.entries else {
+            return;
+        };
+        if response.body.len() > LARGEST_ENTRY {
+            return;
+        }
+        let entry = CachedCompletion {
+            request_hash: request_hash.to_owned(),
+            received_at,
+            response: response.clone(),
+            cached_at: Instant::now(),
+        };
+        entries.insert(entry_key(scope, key), Arc::new(entry));
+    }
+
+    /// Drops the entry of a key whose stored row this process changed or
+    /// deleted.
+    pub fn forget(&self, scope: &str, key: &str) {
+        if let Some(entries) = &self.entries {
+            entries.remove(entry_key(scope, key).as_str());
+        }
+    }
+
+    pub fn clear(&self) {
+        if let Some(entries) = &self.entries {
+            entries.clear();
+        }
+    }
+
+    /// How many entries are held now, for the metrics.
+    pub fn len(&self) -> usize {
+        self.entries.as_ref().map_or(0, Cache::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn entry_key(scope: &str, key: &str) -> String {
+    let mut joined = String::with_capacity(scope.len() + key.len() + 1);
+    joined.push_str(scope);
+    joined.push('\u{0}');
+    joined.push_str(key);
+    joined
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(body: &str) -> StoredResponse {
+        StoredResponse {
+            status: 200,
+            content_type: "application/json".into(),
+            body: body.as_bytes().to_vec(),
+            location: None,
+        }
+    }
+
+    fn at() -> NaiveDateTime {
+        chrono::Utc::now().naive_utc()
+    }
+
+    #[test]
+    fn a_remembered_key_is_found_in_its_scope_only() {
+        let cache = ReplayCache::new(&ReplayCacheOptions::default());
+        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        let hit = cache.get("shop", "msg_1").expect("a hit");
+        assert_eq!(hit.request_hash, "h1");
+        assert_eq!(hit.response.body, b"{}");
+        assert!(cache.get("other", "msg_1").is_none());
+        // The separator keeps ("a", "b\0c") and ("a\0b", "c") apart.
+        cache.remember("a", "b", "h", at(), &response("1"));
+        assert!(cache.get("a\u{0}b", "").is_none());
+    }
+
+    #[test]
+    fn forget_and_the_ttl_end_an_entry() {
+        let cache = ReplayCache::new(&ReplayCacheOptions {
+            bytes: 1 << 20,
+            ttl: Duration::from_millis(30),
+        });
+        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        cache.remember("shop", "msg_2", "h2", at(), &response("{}"));
+        cache.forget("shop", "msg_1");
+        assert!(cache.get("shop", "msg_1").is_none());
+        assert!(cache.get("shop", "msg_2").is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(cache.get("shop", "msg_2").is_none(), "past the TTL");
+    }
+
+    #[test]
+    fn the_byte_budget_bounds_what_is_held() {
+        let cache = ReplayCache::new(&ReplayCacheOptions {
+            bytes: 64 * 1024,
+            ttl: Duration::from_secs(60),
+        });
+        let body = "x".repeat(900);
+        for n in 0..1000 {
+            cache.remember("shop", &format!("msg_{n}"), "h", at(), &response(&body));
+        }
+        // 64 KiB holds at most ~60 entries of ~1 KiB.
+        assert!(cache.len() <= 64, "{} entries held", cache.len());
+        assert!(!cache.is_empty());
+        cache.remember("shop", "huge", "h", at(), &response(&"y".repeat(100_000)));
+        assert!(cache.get("shop", "huge").is_none(), "too large to cache");
+    }
+
+    #[test]
+    fn a_zero_budget_turns_the_cache_off() {
+        let cache = ReplayCache::new(&ReplayCacheOptions {
+            bytes: 0,
+            ttl: Duration::from_secs(60),
+        });
+        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        assert!(cache.get("shop", "msg_1").is_none());
+    }
+}

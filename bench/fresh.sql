@@ -2,10 +2,9 @@
 -- delivery with the default handlers ["record", "payments"], statement for
 -- statement as diesel-async issues them (checked with log_statement = 'all':
 -- the lookup, BEGIN, the claim, the two handler inserts, the fenced
--- completion, COMMIT), with the same column lists and payload sizes. Not
--- here: the `SELECT $1` that deadpool's `Verified` recycling sends before
--- each of the two pool checkouts; that is the receiver's overhead. The one
--- difference in the literals: `"recorded": true` has a space, because pgbench
+-- completion, COMMIT, all on one pool checkout and all prepared once per
+-- connection, as `-M prepared` does here), with the same column lists and
+-- payload sizes. The one difference in the literals: `"recorded": true` has a space, because pgbench
 -- reads `:true` as a variable. Ids are random over 10^12, so a collision
 -- (which ON CONFLICT would absorb) is negligible.
 \set n random(1, 1000000000000)

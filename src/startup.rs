@@ -211,7 +211,12 @@ impl Application {
         // back with its connection; a committed lease simply expires and is
         // reconciled.
         .shutdown_timeout(settings.shutdown_grace.as_secs())
-        .client_request_timeout(Duration::from_secs(10));
+        .client_request_timeout(Duration::from_secs(10))
+        // SQLite's calls run on the blocking pool, at most one per pooled
+        // connection. actix's default (512 threads) lets a burst start
+        // hundreds of threads, each with its own malloc arena: memory that
+        // stays taken long after the burst.
+        .worker_max_blocking_threads(settings.pool_size + 4);
         if let Some(workers) = settings.workers {
             server = server.workers(workers);
         }

@@ -1,9 +1,12 @@
 use super::{EngineError, OperationError};
 use crate::store::{Claimed, DbConn, Store, StoredResponse, Transaction};
-use chrono::{TimeDelta, Utc};
+use chrono::{NaiveDateTime, TimeDelta, Utc};
 use std::time::Duration;
 
 /// What a request for a key gets from [`super::Engine::claim`].
+// `Fresh` is the large variant and the common one for new work: boxing it
+// would allocate once per claim to save moving a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 pub enum Claim {
     /// The key is this request's to run: write through [`Pending::conn`],
     /// then [`Pending::complete`] or [`Pending::release`].
@@ -31,16 +34,32 @@ pub struct Lease {
     store: Store,
     scope: String,
     claimed: Claimed,
+    remembered: Remembered,
+}
+
+/// What the replay cache needs of a key besides its answer, so that a
+/// completion is remembered at once: the parallel duplicates queued behind
+/// it are then answered from memory.
+pub(super) struct Remembered {
+    pub request_hash: String,
+    pub received_at: NaiveDateTime,
 }
 
 impl Pending {
-    pub(super) fn new(tx: Transaction, store: Store, scope: String, claimed: Claimed) -> Pending {
+    pub(super) fn new(
+        tx: Transaction,
+        store: Store,
+        scope: String,
+        claimed: Claimed,
+        remembered: Remembered,
+    ) -> Pending {
         Pending {
             tx,
             lease: Lease {
                 store,
                 scope,
                 claimed,
+                remembered,
             },
         }
     }
@@ -83,7 +102,18 @@ impl Pending {
             )
             .await;
         match completed {
-            Ok(true) => Ok(self.tx.commit().await?),
+            Ok(true) => {
+                self.tx.commit().await?;
+                let lease = &self.lease;
+                lease.store.replay_cache().remember(
+                    &lease.scope,
+                    &lease.claimed.delivery_id,
+                    &lease.remembered.request_hash,
+                    lease.remembered.received_at,
+                    response,
+                );
+                Ok(())
+            }
             Ok(false) => {
                 end(self.tx).await;
                 Err(EngineError::LeaseLost)

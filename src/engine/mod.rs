@@ -271,7 +271,7 @@ impl Engine {
             return Ok(Ok(claim));
         }
         match self.claim_in(tx.conn(), request).await {
-            Ok(Ok(claimed)) => {
+            Ok(Ok((claimed, received_at))) => {
                 if claimed.taken_over {
                     crate::telemetry::metrics::lease_taken_over();
                     tracing::warn!(
@@ -284,6 +284,10 @@ impl Engine {
                     self.store().clone(),
                     request.scope.clone(),
                     claimed,
+                    claim::Remembered {
+                        request_hash: request.fingerprint.clone(),
+                        received_at,
+                    },
                 ))))
             }
             Ok(Err(attempt)) => {
@@ -336,12 +340,13 @@ impl Engine {
     }
 
     /// The atomic claim: insert, or else find out what the existing row means.
-    /// `Ok(Err(attempt))` means the key is not ours to run.
+    /// `Ok(Err(attempt))` means the key is not ours to run; a claim comes
+    /// with the `received_at` its row holds now.
     async fn claim_in(
         &self,
         conn: &mut DbConn,
         request: &ClaimRequest,
-    ) -> Result<Result<Claimed, Attempt>, EngineError> {
+    ) -> Result<Result<(Claimed, NaiveDateTime), Attempt>, EngineError> {
         let now = now();
         let owner = format!("{}/{}", self.inner.instance, uuid::Uuid::new_v4().simple());
         let claim = NewClaim {
@@ -363,8 +368,9 @@ impl Engine {
             attempt,
             taken_over,
         };
+        let received_at = claim.received_at;
         if conn.insert_claim(&claim).await? {
-            return Ok(Ok(fresh(false, 1, &request.key)));
+            return Ok(Ok((fresh(false, 1, &request.key), received_at)));
         }
         let Some(row) = lookup(conn, request).await? else {
             // Deleted between the insert and the read: go round again.
@@ -377,7 +383,11 @@ impl Engine {
             Verdict::Stale => {
                 let observed = row.lease_owner.as_deref().unwrap_or_default();
                 if conn.take_over(&row, observed, &claim, now).await? {
-                    Ok(Ok(fresh(true, row.attempts + 1, &row.delivery_id)))
+                    // A takeover keeps the row's received_at.
+                    Ok(Ok((
+                        fresh(true, row.attempts + 1, &row.delivery_id),
+                        row.received_at,
+                    )))
                 } else {
                     // Another retry took it over first.
                     Ok(Err(Err(Busy(Duration::ZERO))))
@@ -385,7 +395,7 @@ impl Engine {
             }
             Verdict::Expired => {
                 if conn.reclaim_expired(&row, &claim).await? {
-                    Ok(Ok(fresh(false, 1, &request.key)))
+                    Ok(Ok((fresh(false, 1, &request.key), received_at)))
                 } else {
                     Ok(Err(Err(Busy(Duration::ZERO))))
                 }

@@ -1,6 +1,6 @@
 use super::{Event, Handler, HandlerError};
-use crate::store::DbConn;
 use crate::store::schema::events;
+use crate::store::{DbConn, Prepared};
 use crate::with_conn;
 use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
@@ -31,17 +31,19 @@ impl Handler for Record {
         // still here. The new run's payload replaces it — it is what was
         // processed last — instead of failing every retry on the primary key.
         with_conn!(conn, |c| {
-            diesel::insert_into(events::table)
-                .values(row)
-                .on_conflict((events::endpoint, events::delivery_id))
-                .do_update()
-                .set((
-                    events::event_type.eq(excluded(events::event_type)),
-                    events::payload.eq(excluded(events::payload)),
-                    events::recorded_at.eq(excluded(events::recorded_at)),
-                ))
-                .execute(c)
-                .await
+            Prepared(
+                diesel::insert_into(events::table)
+                    .values(row)
+                    .on_conflict((events::endpoint, events::delivery_id))
+                    .do_update()
+                    .set((
+                        events::event_type.eq(excluded(events::event_type)),
+                        events::payload.eq(excluded(events::payload)),
+                        events::recorded_at.eq(excluded(events::recorded_at)),
+                    )),
+            )
+            .execute(c)
+            .await
         })?;
         Ok(Some(json!({ "recorded": true })))
     }

@@ -1,7 +1,7 @@
 //! The queries on `deliveries`, each written once for both backends.
 
 use super::schema::deliveries::{self, dsl};
-use super::{DbConn, StoreError};
+use super::{DbConn, Prepared, StoreError};
 use crate::with_conn;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -127,11 +127,13 @@ impl DbConn {
     /// is named, so both unique indexes count.
     pub async fn insert_claim(&mut self, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
         let inserted = with_conn!(self, |c| {
-            diesel::insert_into(deliveries::table)
-                .values(claim)
-                .on_conflict_do_nothing()
-                .execute(c)
-                .await
+            Prepared(
+                diesel::insert_into(deliveries::table)
+                    .values(claim)
+                    .on_conflict_do_nothing(),
+            )
+            .execute(c)
+            .await
         })?;
         Ok(inserted == 1)
     }
@@ -243,12 +245,14 @@ impl DbConn {
         now: NaiveDateTime,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
-            diesel::update(deliveries::table.find((endpoint, delivery_id)))
-                .filter(dsl::status.eq(IN_PROGRESS))
-                .filter(dsl::lease_owner.eq(lease_owner))
-                .set(Completion::of(response, now))
-                .execute(c)
-                .await
+            Prepared(
+                diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                    .filter(dsl::status.eq(IN_PROGRESS))
+                    .filter(dsl::lease_owner.eq(lease_owner))
+                    .set(Completion::of(response, now)),
+            )
+            .execute(c)
+            .await
         })?;
         Ok(updated == 1)
     }

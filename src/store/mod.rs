@@ -10,6 +10,7 @@ mod history;
 mod listing;
 mod migrate;
 mod pool;
+mod prepared;
 mod replay_cache;
 pub mod schema;
 
@@ -26,6 +27,7 @@ pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
 };
 pub use pool::{DatabaseUrl, StoreOptions};
+pub use prepared::Prepared;
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
 
 /// The embedded backend's connection: diesel's synchronous SQLite connection,

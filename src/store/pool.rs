@@ -3,7 +3,9 @@ use super::{
 };
 use diesel::ConnectionError;
 use diesel_async::pooled_connection::deadpool::Pool;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection};
 use futures_util::FutureExt;
 use std::path::PathBuf;
@@ -102,6 +104,7 @@ impl Store {
                 }
                 let pragmas = sqlite_pragmas(options.busy_timeout);
                 let mut config = ManagerConfig::<SqliteConn>::default();
+                config.recycling_method = RecyclingMethod::Fast;
                 config.custom_setup = Box::new(move |path| {
                     let pragmas = pragmas.clone();
                     let path = path.to_owned();
@@ -129,6 +132,11 @@ impl Store {
                     options.statement_timeout.as_millis().max(1)
                 );
                 let mut config = ManagerConfig::<PgConn>::default();
+                // No `SELECT 1` per checkout: a connection whose socket the
+                // server closed is already marked broken and is replaced;
+                // one that breaks after the checkout fails that request
+                // with a transient error (503), as it would have anyway.
+                config.recycling_method = RecyclingMethod::Fast;
                 config.custom_setup = Box::new(move |url| {
                     let setup = setup.clone();
                     let url = url.to_owned();

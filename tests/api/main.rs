@@ -19,3 +19,4 @@ mod observability;
 mod outage;
 mod providers;
 mod purge;
+mod replay_cache;

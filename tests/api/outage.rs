@@ -78,14 +78,17 @@ async fn a_postgres_outage_gets_503_and_the_receiver_recovers_by_itself() {
     else {
         return;
     };
-    assert_eq!(
-        app.deliver("msg_before", &payment("pay_before", 1))
-            .await
-            .status(),
-        200
-    );
+    let before = app.deliver("msg_before", &payment("pay_before", 1)).await;
+    assert_eq!(before.status(), 200);
+    let before_body = before.bytes().await.unwrap();
 
     proxy.cut().await;
+    // A key this instance saw completed is answered from its replay cache:
+    // a provider's redeliveries still get their answer during the outage.
+    let replay = app.deliver("msg_before", &payment("pay_before", 1)).await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.bytes().await.unwrap(), before_body);
     // Bounded: the pool's acquire/connect timeouts answer well within this.
     let down = tokio::time::timeout(
         Duration::from_secs(20),

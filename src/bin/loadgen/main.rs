@@ -132,6 +132,7 @@ struct Sample {
 
 struct Driver {
     target: wire::Target,
+    storm_conns: wire::Pool,
     provider: Box<dyn Provider>,
     prefix: String,
     next_id: AtomicU64,
@@ -181,12 +182,15 @@ impl Driver {
         Ok(())
     }
 
-    /// One parallel copy of a new id per connection in `conns`.
-    async fn storm(&self, conns: &mut [wire::Conn], tally: &mut Tally) -> anyhow::Result<()> {
+    /// `copies` parallel copies of a new id, each on its own connection.
+    async fn storm(&self, copies: usize, tally: &mut Tally) -> anyhow::Result<()> {
         let id = self.new_id("s");
         tally.new_ids.insert(id.clone());
+        let mut conns = self.storm_conns.take(copies);
         let sends = conns.iter_mut().map(|conn| self.send(conn, &id));
-        for sample in futures_util::future::join_all(sends).await {
+        let samples = futures_util::future::join_all(sends).await;
+        self.storm_conns.give_back(conns);
+        for sample in samples {
             self.sent.fetch_add(1, Ordering::Relaxed);
             tally.record(&id, sample?);
         }
@@ -233,6 +237,7 @@ async fn run() -> anyhow::Result<bool> {
         args.endpoint
     ))?;
     let driver = Arc::new(Driver {
+        storm_conns: wire::Pool::new(target.clone()),
         target,
         provider,
         prefix,
@@ -260,15 +265,9 @@ async fn run() -> anyhow::Result<bool> {
         let (copies, keys) = (args.storm_copies.max(1), args.replay_keys.max(1));
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::default();
-            // One keep-alive connection for single requests, and one per
-            // copy for storms.
+            // One keep-alive connection for single requests; storms take
+            // theirs from the shared pool.
             let mut conn = wire::Conn::new(driver.target.clone());
-            let mut storm_conns = Vec::new();
-            if matches!(scenario, Scenario::Storm | Scenario::Mixed) {
-                storm_conns = (0..copies)
-                    .map(|_| wire::Conn::new(driver.target.clone()))
-                    .collect();
-            }
             let mut draw = (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             while driver.sent.load(Ordering::Relaxed) < budget && Instant::now() < deadline {
                 // xorshift: cheap, and reproducible per worker.
@@ -279,11 +278,11 @@ async fn run() -> anyhow::Result<bool> {
                 match scenario {
                     Scenario::Fresh => driver.fresh(&mut conn, &mut tally).await,
                     Scenario::Replay => driver.measured(&mut conn, &mut tally, &replay).await,
-                    Scenario::Storm => driver.storm(&mut storm_conns, &mut tally).await,
+                    Scenario::Storm => driver.storm(copies, &mut tally).await,
                     Scenario::Mixed => match draw % 100 {
                         0..70 => driver.measured(&mut conn, &mut tally, &replay).await,
                         70..95 => driver.fresh(&mut conn, &mut tally).await,
-                        _ => driver.storm(&mut storm_conns, &mut tally).await,
+                        _ => driver.storm(copies, &mut tally).await,
                     },
                 }?;
             }

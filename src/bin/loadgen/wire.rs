@@ -48,6 +48,43 @@ pub struct Conn {
     response: Vec<u8>,
 }
 
+/// Idle connections shared by the workers' storms, so that a run opens as
+/// many connections as it has requests in flight, not copies × workers.
+pub struct Pool {
+    target: Target,
+    idle: std::sync::Mutex<Vec<Conn>>,
+}
+
+impl Pool {
+    pub fn new(target: Target) -> Pool {
+        Pool {
+            target,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `n` connections: idle ones first, new ones for the rest.
+    pub fn take(&self, n: usize) -> Vec<Conn> {
+        let mut taken = match self.idle.lock() {
+            Ok(mut idle) => {
+                let keep = idle.len().saturating_sub(n);
+                idle.split_off(keep)
+            }
+            Err(_) => Vec::new(),
+        };
+        while taken.len() < n {
+            taken.push(Conn::new(self.target.clone()));
+        }
+        taken
+    }
+
+    pub fn give_back(&self, conns: Vec<Conn>) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.extend(conns);
+        }
+    }
+}
+
 /// The most a response head may take.
 const MOST_HEAD: usize = 16 * 1024;
 

@@ -1,0 +1,101 @@
+//! The replay cache: completed keys answered from memory, under the rules
+//! the database path keeps (fingerprint, retention), on both backends. The
+//! outage test (`outage.rs`) shows a cached key answered while PostgreSQL
+//! is unreachable.
+
+use crate::both_backends_with;
+use crate::helpers::{SECRET, TestAppBuilder, payment, problem};
+use std::time::Duration;
+
+/// An endpoint whose keys are remembered for one second, with an
+/// idempotent handler (`record` upserts), so that running a key again after
+/// its retention is not a doubled effect.
+fn brief(builder: TestAppBuilder) -> TestAppBuilder {
+    builder.endpoints_toml(&format!(
+        "[endpoints.brief]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [\"record\"]\nretention = \"1s\"\n"
+    ))
+}
+
+fn without_cache(builder: TestAppBuilder) -> TestAppBuilder {
+    builder.top_level("replay_cache_bytes = 0")
+}
+
+fn replayed(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true")
+}
+
+both_backends_with! { brief;
+    async fn a_completed_key_is_remembered_at_once_and_forgotten_at_its_retention(app) {
+        let body = payment("pay_brief", 10);
+        let first = app.deliver_to("brief", "msg_brief", &body).await;
+        assert_eq!(first.status(), 200);
+        assert!(!replayed(&first));
+        let first_body = first.bytes().await.unwrap();
+        // The completion itself filled the cache: duplicates queued behind
+        // the first copy need no database read.
+        let cached = app
+            .store
+            .replay_cache()
+            .get("brief", "msg_brief")
+            .expect("the completion is cached");
+        assert_eq!(cached.response.body, first_body.to_vec());
+
+        let again = app.deliver_to("brief", "msg_brief", &body).await;
+        assert_eq!(again.status(), 200);
+        assert!(replayed(&again));
+        assert_eq!(again.bytes().await.unwrap(), first_body);
+
+        // Past the retention the cached entry is still in memory (its TTL
+        // is 60 s), but the key is forgotten: the delivery runs again.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(app.store.replay_cache().get("brief", "msg_brief").is_some());
+        let after = app.deliver_to("brief", "msg_brief", &body).await;
+        assert_eq!(after.status(), 200);
+        assert!(!replayed(&after), "past the retention a repeat runs again");
+        let mut conn = app.store.conn().await.expect("a connection");
+        let row = conn
+            .find_delivery("brief", "msg_brief")
+            .await
+            .expect("the read runs")
+            .expect("the row");
+        assert!(
+            row.received_at > cached.received_at,
+            "the key was claimed anew: {} after {}",
+            row.received_at,
+            cached.received_at
+        );
+    }
+}
+
+both_backends_with! { brief;
+    async fn another_body_under_a_cached_key_is_refused_and_changes_nothing(app) {
+        let body = payment("pay_reuse", 10);
+        assert_eq!(app.deliver("msg_reuse", &body).await.status(), 200);
+        assert!(app.store.replay_cache().get(crate::helpers::ENDPOINT, "msg_reuse").is_some());
+
+        let other = payment("pay_other", 99);
+        problem(app.deliver("msg_reuse", &other).await, 409, "key-reused").await;
+        assert_eq!(app.ledger_rows().await, 1);
+        let again = app.deliver("msg_reuse", &body).await;
+        assert_eq!(again.status(), 200);
+        assert!(replayed(&again), "the first body still replays");
+    }
+}
+
+both_backends_with! { without_cache;
+    async fn with_no_cache_budget_replays_come_from_the_database(app) {
+        let body = payment("pay_nocache", 10);
+        let first = app.deliver("msg_nocache", &body).await;
+        assert_eq!(first.status(), 200);
+        let first_body = first.bytes().await.unwrap();
+        assert!(app.store.replay_cache().get(crate::helpers::ENDPOINT, "msg_nocache").is_none());
+        assert!(app.store.replay_cache().is_empty());
+        let again = app.deliver("msg_nocache", &body).await;
+        assert!(replayed(&again));
+        assert_eq!(again.bytes().await.unwrap(), first_body);
+        assert_eq!(app.ledger_rows().await, 1);
+    }
+}

@@ -11,7 +11,8 @@
 #
 # Environment: PG (base URL, default postgres://root@127.0.0.1:5432),
 # DURATION (s, default 10), CONCURRENCY (default 16), STORM_COPIES (64),
-# REPLAY_KEYS (2000), GROWTH_ROWS (0 = skip), SQLITE (1 = run it), and
+# REPLAY_KEYS (2000), GROWTH_ROWS (0 = skip), SQLITE (1 = run it), ROUNDS
+# (3: pgbench and the receiver alternate this many fresh runs), and
 # CARGO_TARGET_DIR as cargo reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,7 @@ STORM_COPIES=${STORM_COPIES:-64}
 REPLAY_KEYS=${REPLAY_KEYS:-2000}
 GROWTH_ROWS=${GROWTH_ROWS:-0}
 SQLITE=${SQLITE:-1}
+ROUNDS=${ROUNDS:-3}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 TARGET=${CARGO_TARGET_DIR:-target}
 
@@ -44,6 +46,31 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n==> %s\n' "$*" >&2; }
+
+# Where the CPU went during a run: the client's own (pgbench or loadgen,
+# from /usr/bin/time), the receiver's (/proc/PID/stat), and the rest of the
+# machine's busy time, which is PostgreSQL (and its background writers)
+# plus whatever else ran. Shares of both cores' time, idle included.
+CPU=$WORK/cpu
+stat_ticks() { awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $5+$6 }' /proc/stat; }
+proc_ticks() { if [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ]; then awk '{ print $14+$15 }' "/proc/$1/stat"; else echo 0; fi; }
+cpu_begin() { read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks); CPU_SERVER0=$(proc_ticks "$SERVER_PID"); }
+cpu_end() { # label client-time-file
+  local busy1 idle1 server1 client
+  read -r busy1 idle1 < <(stat_ticks)
+  server1=$(proc_ticks "$SERVER_PID")
+  client=$(awk '{ printf "%d", ($1 + $2) * 100 }' "$2" 2>/dev/null || echo 0)
+  awk -v label="$1" -v busy=$((busy1 - CPU_BUSY0)) -v idle=$((idle1 - CPU_IDLE0)) \
+    -v server=$((server1 - CPU_SERVER0)) -v client="$client" 'BEGIN {
+      all = busy + idle; if (all <= 0) all = 1
+      rest = busy - server - client; if (rest < 0) rest = 0
+      printf "| %s | %.0f %% | %.0f %% | %.0f %% | %.0f %% |\n", label, 100 * rest / all, 100 * server / all, 100 * client / all, 100 * idle / all
+    }' >>"$CPU"
+}
+
+# Every measured run starts from the same state: no dirty pages left by the
+# previous one for a checkpoint to write in the middle of this one.
+settle() { psql -q -v ON_ERROR_STOP=1 "$URL" -c CHECKPOINT >/dev/null; }
 
 # pgbench's "tps = N (without initial connection time)".
 pgbench_tps() { sed -n 's/^tps = \([0-9]*\.[0-9]\).*/\1/p' | head -n 1; }
@@ -87,11 +114,14 @@ stop_server() {
 loadgen() { # label database_url port scenario extra-args...
   local label=$1 url=$2 port=$3 scenario=$4
   shift 4
+  settle
   say "loadgen $label"
-  "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint bench --secret "$SECRET" \
+  cpu_begin
+  /usr/bin/time -o "$WORK/time.$label" -f '%U %S' "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint bench --secret "$SECRET" \
     --scenario "$scenario" --duration "$DURATION" --requests 100000000 \
     --replay-keys "$REPLAY_KEYS" --storm-copies "$STORM_COPIES" \
     --database-url "$url" --label "$label" "$@" | tee -a "$WORK/loadgen.txt" >&2
+  cpu_end "receiver $label (loadgen)" "$WORK/time.$label"
   grep "^RESULT label=$label " "$WORK/loadgen.txt" | tail -n 1
 }
 
@@ -109,6 +139,8 @@ record() { # backend label result-line [pgbench-tps]
 
 say "machine: $(nproc) cores; $(uptime)"
 : >"$RESULTS"
+: >"$CPU"
+command -v /usr/bin/time >/dev/null || { echo "bench/run.sh needs /usr/bin/time (Debian: apt-get install time)" >&2; exit 1; }
 psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "CREATE DATABASE $DB" >/dev/null
 DATABASE_URL=$URL "$BIN" migrate >/dev/null
 
@@ -122,19 +154,39 @@ SELECT 'bench', 'pgr-' || n, md5(n::text) || md5(n::text), 'completed', 'payment
 FROM generate_series(1, $REPLAY_KEYS) AS n;
 VACUUM ANALYZE deliveries;
 EOF
-say "pgbench fresh ($CONCURRENCY clients, ${DURATION}s)"
-pg_fresh=$(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/fresh.sql "$URL" 2>&1 | tee "$WORK/pgbench-fresh.txt" | pgbench_tps)
-say "pgbench replay ($CONCURRENCY clients, ${DURATION}s)"
-pg_replay=$(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D keys="$REPLAY_KEYS" -f bench/replay.sql "$URL" 2>&1 | tee "$WORK/pgbench-replay.txt" | pgbench_tps)
-row postgres "pgbench fresh transaction (tps)" "$pg_fresh" "—" "—" ""
-row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
-
-# --- the receiver on PostgreSQL, on emptied tables ------------------------
-psql -q -v ON_ERROR_STOP=1 "$URL" -c "TRUNCATE deliveries, events, ledger_entries" -c "VACUUM ANALYZE deliveries, events, ledger_entries" >/dev/null
 port=$(( 20000 + $$ % 20000 ))
 start_server "$URL" "$port"
-r=$(loadgen pg-fresh "$URL" "$port" fresh --concurrency "$CONCURRENCY"); record postgres "receiver fresh" "$r" "$pg_fresh"
-fresh_empty=$(echo "$r" | field rps)
+
+# --- fresh: pgbench and the receiver take turns, ROUNDS times -------------
+# This machine's throughput drifts by a quarter between runs a minute apart;
+# alternating the two and taking the median ratio keeps that drift out of
+# the comparison. pgbench runs while the receiver is up and idle.
+ratios=() pg_all=() rx_all=()
+for round in $(seq 1 "$ROUNDS"); do
+  say "round $round/$ROUNDS: pgbench fresh ($CONCURRENCY clients, ${DURATION}s)"
+  settle
+  cpu_begin
+  tps=$(/usr/bin/time -o "$WORK/time.pgbench-fresh" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/fresh.sql "$URL" 2>&1 | tee "$WORK/pgbench-fresh.txt" | pgbench_tps)
+  cpu_end "pgbench fresh, round $round" "$WORK/time.pgbench-fresh"
+  row postgres "pgbench fresh transaction (tps), round $round" "$tps" "—" "—" ""
+  r=$(loadgen "pg-fresh-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
+  record postgres "receiver fresh, round $round" "$r" "$tps"
+  rps=$(echo "$r" | field rps)
+  pg_all+=("$tps") rx_all+=("$rps")
+  ratios+=("$(awk -v a="$rps" -v b="$tps" 'BEGIN { printf "%.3f", a / b }')")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+pg_fresh=$(median "${pg_all[@]}")
+fresh_empty=$(median "${rx_all[@]}")
+row postgres "**fresh, median of $ROUNDS rounds** (pgbench tps / receiver req/s)" "$pg_fresh / $fresh_empty" "$(printf '%.2f' "$(median "${ratios[@]}")")" "—" "ratios: ${ratios[*]}"
+
+# --- replay: the primary-key read, then the receiver ----------------------
+say "pgbench replay ($CONCURRENCY clients, ${DURATION}s)"
+settle
+cpu_begin
+pg_replay=$(/usr/bin/time -o "$WORK/time.pgbench-replay" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D keys="$REPLAY_KEYS" -f bench/replay.sql "$URL" 2>&1 | tee "$WORK/pgbench-replay.txt" | pgbench_tps)
+cpu_end "pgbench replay" "$WORK/time.pgbench-replay"
+row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
 r=$(loadgen pg-replay "$URL" "$port" replay --concurrency "$CONCURRENCY"); record postgres "receiver replay" "$r" "$pg_replay"
 r=$(loadgen pg-storm "$URL" "$port" storm --concurrency "$STORM_COPIES"); record postgres "receiver storm ×$STORM_COPIES" "$r"
 r=$(loadgen pg-mixed "$URL" "$port" mixed --concurrency "$CONCURRENCY"); record postgres "receiver mixed 70/25/5" "$r"
@@ -156,10 +208,14 @@ EOF
   loaded=$(psql -tA "$URL" -c "SELECT count(*) FROM deliveries WHERE status = 'completed'")
   say "deliveries now holds $loaded completed rows"
   start_server "$URL" "$port"
-  r=$(loadgen pg-fresh-grown "$URL" "$port" fresh --concurrency "$CONCURRENCY")
-  record postgres "receiver fresh, $GROWTH_ROWS rows loaded" "$r"
-  grown=$(echo "$r" | field rps)
-  row postgres "growth: fresh(loaded) ÷ fresh(empty)" "$(awk -v a="$grown" -v b="$fresh_empty" 'BEGIN { printf "%.2f", a / b }')" "—" "—" ""
+  grown_all=()
+  for round in $(seq 1 "$ROUNDS"); do
+    r=$(loadgen "pg-fresh-grown-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
+    record postgres "receiver fresh, $GROWTH_ROWS rows loaded, round $round" "$r"
+    grown_all+=("$(echo "$r" | field rps)")
+  done
+  grown=$(median "${grown_all[@]}")
+  row postgres "**growth**: median fresh(loaded) ÷ median fresh(empty)" "$grown / $fresh_empty" "$(awk -v a="$grown" -v b="$fresh_empty" 'BEGIN { printf "%.2f", a / b }')" "—" ""
   stop_server
 fi
 
@@ -181,3 +237,9 @@ echo
 echo "| backend | what | req/s (tps) | ÷ pgbench | p50 / p99 / max ms | checks; statuses |"
 echo "|---|---|---|---|---|---|"
 cat "$RESULTS"
+echo
+echo "Where the CPU went (share of both cores; \"database + rest\" is PostgreSQL and anything else that ran):"
+echo
+echo "| run | database + rest | receiver | client | idle |"
+echo "|---|---|---|---|---|"
+cat "$CPU"

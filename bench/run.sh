@@ -12,7 +12,8 @@
 # Environment: PG (base URL, default postgres://root@127.0.0.1:5432),
 # DURATION (s, default 10), CONCURRENCY (default 16), STORM_COPIES (64),
 # REPLAY_KEYS (2000), GROWTH_ROWS (0 = skip), SQLITE (1 = run it), ROUNDS
-# (3: pgbench and the receiver alternate this many fresh runs), and
+# (3: pgbench and the receiver alternate this many fresh runs), WORKERS (the
+# receiver's `workers`; default: its own default, one per core), and
 # CARGO_TARGET_DIR as cargo reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,7 @@ REPLAY_KEYS=${REPLAY_KEYS:-2000}
 GROWTH_ROWS=${GROWTH_ROWS:-0}
 SQLITE=${SQLITE:-1}
 ROUNDS=${ROUNDS:-3}
+WORKERS=${WORKERS:-}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 TARGET=${CARGO_TARGET_DIR:-target}
 
@@ -83,6 +85,7 @@ field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 start_server() { # database_url port
   cat >"$WORK/receiver.toml" <<EOF
 pool_size = $CONCURRENCY
+${WORKERS:+workers = $WORKERS}
 purge_interval = "0"
 reconcile_interval = "0"
 [endpoints.bench]

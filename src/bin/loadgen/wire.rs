@@ -99,15 +99,26 @@ impl Conn {
     }
 
     /// POSTs `body` with `headers` (and a JSON content type). On any error
-    /// the connection is dropped, and the next call opens a new one.
+    /// the connection is dropped, and the next call opens a new one. A
+    /// kept-alive connection that fails is retried once on a new one, as
+    /// HTTP clients do: the server closes connections idle past its
+    /// keep-alive timeout, and a storm's pooled connections sit idle between
+    /// storms. (Repeating a delivery is safe here: that is the contract.)
     pub async fn post(
         &mut self,
         headers: &[(String, String)],
         body: &[u8],
     ) -> anyhow::Result<Answer> {
-        let result = self.exchange(headers, body).await;
+        let reused = self.stream.is_some();
+        let mut result = self.exchange(headers, body).await;
         if result.is_err() {
             self.stream = None;
+            if reused {
+                result = self.exchange(headers, body).await;
+                if result.is_err() {
+                    self.stream = None;
+                }
+            }
         }
         result
     }

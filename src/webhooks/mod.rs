@@ -173,36 +173,37 @@ async fn answer(
     span.record("event_type", claim.event_type.as_deref().unwrap_or(""));
 
     let engine = webhooks.engine().clone();
-    if let Some(outcome) = engine.answer_from_cache(&claim) {
-        let result = Ok(outcome);
-        count(&endpoint.name, provider, &result, started.elapsed());
-        return Answered {
-            outcome: reply::outcome_name(&result),
-            response: reply::respond(result),
-            reason: None,
-            detail: None,
-        };
-    }
-    let operation = RunHandlers::new(endpoint.clone(), event);
-    // Once a delivery is claimed it runs to the end even if the sender hangs
-    // up: a cancelled future would leave its transaction to the pool to clean.
-    // The task carries the request's spans, so that the engine's lines name
-    // the request and the delivery.
-    let task = actix_web::rt::spawn(
-        async move { engine.process(&claim, &operation).await }.instrument(span),
-    );
-    let result = match task.await {
-        Ok(result) => result,
-        Err(error) => {
-            tracing::error!(%error, "processing task panicked");
-            let problem = Problem::processing_failed();
-            metrics::delivery_failed(&endpoint.name, provider, problem.slug(), started.elapsed());
-            return Answered {
-                response: problem.to_response(),
-                outcome: "failed",
-                reason: None,
-                detail: None,
-            };
+    let result = match engine.answer_from_cache(&claim) {
+        Some(outcome) => Ok(outcome),
+        None => {
+            let operation = RunHandlers::new(endpoint.clone(), event);
+            // Once a delivery is claimed it runs to the end even if the
+            // sender hangs up: a cancelled future would leave its
+            // transaction to the pool to clean. The task carries the
+            // request's spans, so that the engine's lines name the request
+            // and the delivery.
+            let task = actix_web::rt::spawn(
+                async move { engine.process(&claim, &operation).await }.instrument(span),
+            );
+            match task.await {
+                Ok(result) => result,
+                Err(error) => {
+                    tracing::error!(%error, "processing task panicked");
+                    let problem = Problem::processing_failed();
+                    metrics::delivery_failed(
+                        &endpoint.name,
+                        provider,
+                        problem.slug(),
+                        started.elapsed(),
+                    );
+                    return Answered {
+                        response: problem.to_response(),
+                        outcome: "failed",
+                        reason: None,
+                        detail: None,
+                    };
+                }
+            }
         }
     };
     count(&endpoint.name, provider, &result, started.elapsed());

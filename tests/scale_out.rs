@@ -2,7 +2,7 @@
 //! processes on one PostgreSQL schema, duplicates sprayed across all of them.
 
 use diesel::prelude::*;
-use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncConnection, RunQueryDsl};
 use futures_util::StreamExt;
 use idempotent_receiver::client;
 use idempotent_receiver::providers::{self, ProviderSpec};
@@ -19,56 +19,25 @@ const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ENDPOINT: &str = "bench";
 
-fn postgres_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
-}
-
-fn postgres_required() -> bool {
-    std::env::var("IR_REQUIRE_POSTGRES").is_ok_and(|v| v == "1" || v == "true")
-}
+#[path = "support/test_schema.rs"]
+mod test_schema;
 
 /// A fresh schema in the test database, or `None` (after one printed line)
 /// when PostgreSQL is unreachable and not required.
 async fn fresh_schema() -> Option<String> {
-    let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let created = tokio::time::timeout(Duration::from_secs(5), async {
-        let mut conn = PgConn::establish(&postgres_url())
-            .await
-            .map_err(|e| e.to_string())?;
-        conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
-            .await
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|_| Err("timed out".into()));
-    match created {
-        Ok(()) => Some(schema),
-        Err(reason) if postgres_required() => panic!(
+    match test_schema::create("t_").await {
+        Ok(schema) => Some(schema),
+        Err(reason) if test_schema::required() => panic!(
             "PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}",
-            postgres_url()
+            test_schema::database_url()
         ),
         Err(reason) => {
             eprintln!(
                 "PostgreSQL tests SKIPPED: no server at {} ({reason}); set IR_REQUIRE_POSTGRES=1 to fail instead",
-                postgres_url()
+                test_schema::database_url()
             );
             None
         }
-    }
-}
-
-fn schema_url(schema: &str) -> String {
-    let base = postgres_url();
-    let separator = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{separator}options=-csearch_path%3D{schema}")
-}
-
-async fn drop_schema(schema: &str) {
-    if let Ok(mut conn) = PgConn::establish(&postgres_url()).await {
-        let _ = conn
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .await;
     }
 }
 
@@ -163,7 +132,7 @@ async fn three_receivers_on_one_schema_run_each_sprayed_duplicate_exactly_once()
     let Some(schema) = fresh_schema().await else {
         return;
     };
-    let url = schema_url(&schema);
+    let url = test_schema::url(&test_schema::database_url(), &schema);
     let dir = tempfile::tempdir().expect("a temporary folder");
     // Started together, so that their migrations race on the advisory lock.
     let (a, b, c) = tokio::join!(
@@ -260,7 +229,7 @@ async fn three_receivers_on_one_schema_run_each_sprayed_duplicate_exactly_once()
     assert_eq!(effects.len(), IDS, "no effect for an id that was not sent");
 
     drop((a, b, c));
-    drop_schema(&schema).await;
+    test_schema::drop(&schema).await;
 }
 
 /// The load generator itself, as CI can afford it: a few hundred requests

@@ -1,14 +1,15 @@
 //! `TestApp`: a running receiver on a random port over a fresh database of
 //! either backend, with request helpers and a teardown that checks invariants.
 
+use crate::test_schema;
 use diesel::prelude::*;
-use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::RunQueryDsl;
 use idempotent_receiver::config::Settings;
 use idempotent_receiver::handlers::{Handler, Registry};
 use idempotent_receiver::providers::Provider;
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::store::schema::deliveries;
-use idempotent_receiver::store::{DeliveryRow, PgConn, Store};
+use idempotent_receiver::store::{DeliveryRow, Store};
 use idempotent_receiver::with_conn;
 use std::io::Write;
 use std::sync::{Arc, Once};
@@ -88,15 +89,6 @@ macro_rules! both_backends_with {
     };
 }
 
-pub fn postgres_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
-}
-
-fn postgres_required() -> bool {
-    std::env::var("IR_REQUIRE_POSTGRES").is_ok_and(|v| v == "1" || v == "true")
-}
-
 /// Says once per test binary, past libtest's output capture, that the
 /// PostgreSQL half was skipped.
 fn say_skipped(reason: &str) {
@@ -105,7 +97,7 @@ fn say_skipped(reason: &str) {
         let _ = writeln!(
             std::io::stderr(),
             "PostgreSQL tests SKIPPED: no server at {} ({reason}); set TEST_DATABASE_URL, or IR_REQUIRE_POSTGRES=1 to fail instead",
-            postgres_url()
+            test_schema::database_url()
         );
     });
 }
@@ -386,11 +378,7 @@ impl TestApp {
         drop(conn);
         self.server.stop(false).await;
         if let Isolation::Postgres { schema } = &self.isolation {
-            if let Ok(mut conn) = PgConn::establish(&postgres_url()).await {
-                let _ = conn
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-                    .await;
-            }
+            test_schema::drop(schema).await;
         }
         drop(self.data_dir);
     }
@@ -506,37 +494,22 @@ impl TestAppBuilder {
                 (url, Isolation::Sqlite(dir))
             }
             (None, Backend::Postgres) => {
-                let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-                let created = tokio::time::timeout(std::time::Duration::from_secs(5), async {
-                    let mut conn = PgConn::establish(&postgres_url())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
-                        .await
-                        .map_err(|e| e.to_string())
-                })
-                .await
-                .unwrap_or_else(|_| Err("timed out".into()));
-                if let Err(reason) = created {
-                    if postgres_required() {
-                        panic!(
-                            "PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}",
-                            postgres_url()
-                        );
+                let schema = match test_schema::create("t_").await {
+                    Ok(schema) => schema,
+                    Err(reason) if test_schema::required() => panic!(
+                        "PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}",
+                        test_schema::database_url()
+                    ),
+                    Err(reason) => {
+                        say_skipped(&reason);
+                        return None;
                     }
-                    say_skipped(&reason);
-                    return None;
-                }
-                let separator = if postgres_url().contains('?') {
-                    '&'
-                } else {
-                    '?'
                 };
                 let base = match &self.via {
-                    Some(via) => with_authority(&postgres_url(), via),
-                    None => postgres_url(),
+                    Some(via) => with_authority(&test_schema::database_url(), via),
+                    None => test_schema::database_url(),
                 };
-                let url = format!("{base}{separator}options=-csearch_path%3D{schema}");
+                let url = test_schema::url(&base, &schema);
                 (url, Isolation::Postgres { schema })
             }
         };

@@ -2,6 +2,8 @@
 //! and each test body runs on SQLite and on PostgreSQL.
 
 mod helpers;
+#[path = "../support/test_schema.rs"]
+mod test_schema;
 
 mod admin;
 mod admin_cli;

@@ -58,7 +58,7 @@ impl Proxy {
 
 /// The PostgreSQL server's host:port from `TEST_DATABASE_URL`.
 fn postgres_address() -> String {
-    let url = crate::helpers::postgres_url();
+    let url = crate::test_schema::database_url();
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
     let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
     authority

@@ -12,6 +12,8 @@ mod checks;
 mod postgres;
 mod provider;
 mod server;
+#[path = "../support/test_schema.rs"]
+mod test_schema;
 
 use idempotent_receiver::providers::{self, Provider, ProviderSpec};
 use postgres::{OwnedServer, SharedSchema, StopMode};
@@ -236,6 +238,38 @@ fn start_load(
 
 /// Waits for the chaos's next random moment (see
 /// [`ANSWERS_BETWEEN_STRIKES`]), returning early once the load is done.
+/// Strikes at random moments while the load runs, until it is done or
+/// [`LOAD_BUDGET`] has passed. `strike` brings something down and back up,
+/// or says why it could not, which ends the run with that problem.
+async fn strike_during_load(
+    server: &mut Server,
+    rng: &mut StdRng,
+    load: &Load,
+    task: &tokio::task::JoinHandle<Result<(), String>>,
+    mut strike: impl AsyncFnMut(&mut Server, &mut StdRng) -> Result<(), String>,
+) -> Vec<String> {
+    let deadline = Instant::now() + LOAD_BUDGET;
+    let mut problems = Vec::new();
+    while !task.is_finished() {
+        if Instant::now() >= deadline {
+            problems.push(format!("the load was not done within {LOAD_BUDGET:?}"));
+            break;
+        }
+        // Strike while copies are in flight: somewhere between a claim,
+        // the handlers' writes, the commit and the answer.
+        next_moment(rng, load, task).await;
+        if task.is_finished() {
+            break;
+        }
+        if let Err(problem) = strike(server, rng).await {
+            problems.push(problem);
+            break;
+        }
+        load.strikes.fetch_add(1, Ordering::Relaxed);
+    }
+    problems
+}
+
 async fn next_moment(
     rng: &mut StdRng,
     load: &Load,
@@ -344,31 +378,22 @@ async fn survive_sigkills(backend: &str, url: &str, workspace: &Workspace, seed:
     let plan = Arc::new(Plan::draw(&mut rng, N));
     let (load, task) = start_load(&server, &plan, seed, MIN_KILLS);
     let mut chaos = Chaos::default();
-    let chaos_deadline = Instant::now() + LOAD_BUDGET;
-    let mut problems = Vec::new();
-    while !task.is_finished() {
-        if Instant::now() >= chaos_deadline {
-            problems.push(format!("the load was not done within {LOAD_BUDGET:?}"));
-            break;
-        }
-        // Strike while copies are in flight: somewhere between a claim,
-        // the handlers' writes, the commit and the answer.
-        next_moment(&mut rng, &load, &task).await;
-        if task.is_finished() {
-            break;
-        }
-        server.kill();
-        chaos.kills += 1;
-        // Sometimes stay down a little: senders then meet refused connections.
-        let downtime = Duration::from_millis(rng.random_range(0..300));
-        tokio::time::sleep(downtime).await;
-        if let Err(e) = server.start(&http).await {
-            problems.push(format!("restart #{} failed: {e}", chaos.kills));
-            break;
-        }
-        chaos.restarts += 1;
-        load.strikes.fetch_add(1, Ordering::Relaxed);
-    }
+    let mut problems =
+        strike_during_load(&mut server, &mut rng, &load, &task, async |server, rng| {
+            server.kill();
+            chaos.kills += 1;
+            // Sometimes stay down a little: senders then meet refused
+            // connections.
+            let downtime = Duration::from_millis(rng.random_range(0..300));
+            tokio::time::sleep(downtime).await;
+            server
+                .start(&http)
+                .await
+                .map_err(|e| format!("restart #{} failed: {e}", chaos.kills))?;
+            chaos.restarts += 1;
+            Ok(())
+        })
+        .await;
     if problems.is_empty() && chaos.kills < MIN_KILLS {
         problems.push(format!(
             "only {} kills happened, not the {MIN_KILLS} required",
@@ -445,48 +470,36 @@ mod a_postgresql_restarted_under_load {
         let plan = Arc::new(Plan::draw(&mut rng, N));
         let (load, task) = start_load(&server, &plan, seed, MIN_DATABASE_RESTARTS);
         let mut chaos = Chaos::default();
-        let chaos_deadline = Instant::now() + LOAD_BUDGET;
-        let mut problems = Vec::new();
-        while !task.is_finished() {
-            if Instant::now() >= chaos_deadline {
-                problems.push(format!("the load was not done within {LOAD_BUDGET:?}"));
-                break;
-            }
-            next_moment(&mut rng, &load, &task).await;
-            if task.is_finished() {
-                break;
-            }
-            // pg_ctl blocks this thread for up to a second or two; the
-            // senders run on the runtime's workers meanwhile.
-            let mode = if rng.random_bool(0.5) {
-                StopMode::Fast
-            } else {
-                StopMode::Immediate
-            };
-            server.note(&format!("stopping PostgreSQL ({mode:?})"));
-            if let Err(e) = database.stop(mode) {
-                problems.push(format!("stopping PostgreSQL failed: {e}"));
-                break;
-            }
-            // Down for a while: deliveries now meet a receiver without its
-            // database, which must answer 503 + Retry-After.
-            tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
-            if let Err(e) = database.start_again() {
-                problems.push(format!("starting PostgreSQL again failed: {e}"));
-                break;
-            }
-            server.note("PostgreSQL is back");
-            chaos.database_restarts += 1;
-            if let Err(e) = server.wait_ready(&http).await {
-                problems.push(format!(
-                    "after PostgreSQL restart #{}: {e}\nPostgreSQL log ends with:\n{}",
-                    chaos.database_restarts,
-                    database.log_tail(20)
-                ));
-                break;
-            }
-            load.strikes.fetch_add(1, Ordering::Relaxed);
-        }
+        let mut problems =
+            strike_during_load(&mut server, &mut rng, &load, &task, async |server, rng| {
+                // pg_ctl blocks this thread for up to a second or two; the
+                // senders run on the runtime's workers meanwhile.
+                let mode = if rng.random_bool(0.5) {
+                    StopMode::Fast
+                } else {
+                    StopMode::Immediate
+                };
+                server.note(&format!("stopping PostgreSQL ({mode:?})"));
+                database
+                    .stop(mode)
+                    .map_err(|e| format!("stopping PostgreSQL failed: {e}"))?;
+                // Down for a while: deliveries now meet a receiver without
+                // its database, which must answer 503 + Retry-After.
+                tokio::time::sleep(Duration::from_millis(rng.random_range(100..800))).await;
+                database
+                    .start_again()
+                    .map_err(|e| format!("starting PostgreSQL again failed: {e}"))?;
+                server.note("PostgreSQL is back");
+                chaos.database_restarts += 1;
+                server.wait_ready(&http).await.map_err(|e| {
+                    format!(
+                        "after PostgreSQL restart #{}: {e}\nPostgreSQL log ends with:\n{}",
+                        chaos.database_restarts,
+                        database.log_tail(20)
+                    )
+                })
+            })
+            .await;
         if let Some(status) = server.exited() {
             problems.push(format!(
                 "the server exited ({status}) although only the database was restarted"

@@ -2,27 +2,16 @@
 //! shared server (as `tests/api` does), or a whole server of the test's own
 //! that it can stop and start under load.
 
-use diesel_async::{AsyncConnection, SimpleAsyncConnection};
-use idempotent_receiver::store::PgConn;
+use crate::test_schema;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
-
-pub fn shared_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
-}
-
-pub fn required() -> bool {
-    std::env::var("IR_REQUIRE_POSTGRES").is_ok_and(|v| v == "1" || v == "true")
-}
 
 /// What a scenario does when PostgreSQL is missing: fail under
 /// `IR_REQUIRE_POSTGRES`, else say so on one line, past libtest's capture,
 /// and skip.
 pub fn unavailable(scenario: &str, reason: &str) {
-    if required() {
+    if test_schema::required() {
         panic!("PostgreSQL is required (IR_REQUIRE_POSTGRES) but {scenario} cannot run: {reason}");
     }
     let _ = writeln!(
@@ -41,42 +30,22 @@ pub struct SharedSchema {
 
 impl SharedSchema {
     pub async fn create() -> Result<SharedSchema, String> {
-        let schema = format!("t_crash_{}", uuid::Uuid::new_v4().simple());
-        let created = tokio::time::timeout(Duration::from_secs(5), async {
-            let mut conn = PgConn::establish(&shared_url())
-                .await
-                .map_err(|e| e.to_string())?;
-            conn.batch_execute(&format!("CREATE SCHEMA {schema}"))
-                .await
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .unwrap_or_else(|_| Err("timed out after 5 s".into()));
-        created.map_err(|e| format!("no server at {}: {e}", shared_url()))?;
-        let separator = if shared_url().contains('?') { '&' } else { '?' };
+        let schema = test_schema::create("t_crash_")
+            .await
+            .map_err(|e| format!("no server at {}: {e}", test_schema::database_url()))?;
         Ok(SharedSchema {
-            url: format!(
-                "{}{separator}options=-csearch_path%3D{schema}",
-                shared_url()
-            ),
+            url: test_schema::url(&test_schema::database_url(), &schema),
             schema,
         })
     }
 
     pub async fn drop_schema(&self) {
-        let dropped = tokio::time::timeout(Duration::from_secs(10), async {
-            let mut conn = PgConn::establish(&shared_url()).await.ok()?;
-            conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
-                .await
-                .ok()
-        })
-        .await;
-        if !matches!(dropped, Ok(Some(()))) {
+        if !test_schema::drop(&self.schema).await {
             let _ = writeln!(
                 std::io::stderr(),
                 "could not drop schema {} on {}",
                 self.schema,
-                shared_url()
+                test_schema::database_url()
             );
         }
     }

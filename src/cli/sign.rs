@@ -1,0 +1,112 @@
+//! `sign`: the exact headers a provider would send for a body, as headers,
+//! a curl command or a fixture object.
+
+use anyhow::{Context, bail};
+use idempotent_receiver::client;
+use idempotent_receiver::config::Settings;
+use idempotent_receiver::providers::{self, Provider, ProviderSpec};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The signature scheme (stripe, github, standard-webhooks, shopify, slack, paddle).
+    #[arg(
+        long,
+        required_unless_present = "endpoint",
+        conflicts_with = "endpoint",
+        requires = "secret"
+    )]
+    provider: Option<String>,
+    /// The secret to sign with (as the provider issues it, e.g. whsec_...).
+    #[arg(long)]
+    secret: Option<String>,
+    /// Sign as a configured endpoint instead (needed for the generic hmac scheme).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// The body to sign.
+    #[arg(long)]
+    file: PathBuf,
+    /// The delivery id, for schemes that carry it in a header (default: a random one).
+    #[arg(long)]
+    id: Option<String>,
+    /// The Unix timestamp to sign (default: now).
+    #[arg(long)]
+    timestamp: Option<i64>,
+    /// The event type, for schemes that carry it in a header (GitHub, Shopify).
+    #[arg(long)]
+    event_type: Option<String>,
+    #[arg(long, value_enum, default_value = "headers")]
+    format: Format,
+    /// The URL in `--format curl` (default: the local receiver's endpoint).
+    #[arg(long)]
+    url: Option<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    /// `Name: value` lines.
+    Headers,
+    /// A runnable curl command.
+    Curl,
+    /// A fixture object {headers, body}.
+    Json,
+}
+
+pub fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
+    let provider: Arc<dyn Provider> = match (&args.endpoint, &args.provider, args.secret) {
+        (Some(name), _, _) => settings
+            .endpoint(name)
+            .with_context(|| format!("no endpoint named {name:?} in {}", settings.source))?
+            .provider
+            .clone(),
+        (None, Some(name), Some(secret)) => {
+            let spec = ProviderSpec {
+                secrets: vec![secret],
+                ..ProviderSpec::default()
+            };
+            Arc::from(providers::build(name, &spec).with_context(|| format!("--provider {name}"))?)
+        }
+        _ => bail!("give --endpoint, or --provider with --secret"),
+    };
+    let body = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let id = args
+        .id
+        .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
+    let timestamp = args
+        .timestamp
+        .unwrap_or_else(|| chrono::Utc::now().timestamp());
+    let delivery = client::sign(
+        provider.as_ref(),
+        &id,
+        timestamp,
+        args.event_type.as_deref(),
+        body,
+    )?;
+    match args.format {
+        Format::Headers => {
+            for (name, value) in &delivery.headers {
+                println!("{name}: {value}");
+            }
+        }
+        Format::Curl => {
+            let name = args.endpoint.unwrap_or_else(|| provider.name().to_owned());
+            let url = args.url.unwrap_or_else(|| {
+                format!(
+                    "http://{}/webhooks/{name}",
+                    settings.listen.replace("0.0.0.0", "127.0.0.1")
+                )
+            });
+            println!(
+                "{}",
+                client::curl_command(&url, &delivery, &args.file.to_string_lossy())
+            );
+        }
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&client::fixture_json(&delivery))?
+        ),
+    }
+    Ok(())
+}

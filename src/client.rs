@@ -1,8 +1,9 @@
 //! The sending side, for `send`, tests and benchmarks: sign a body as the
 //! endpoint's provider would, and post it.
 
-use crate::providers::{Provider, SignError, SignInput};
-use serde_json::json;
+use crate::providers::{Provider, Rejection, SignError, SignInput, SignedRequest};
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
 
 /// A signed delivery, ready to post.
 #[derive(Debug, Clone)]
@@ -25,6 +26,38 @@ pub fn sign(
         event_type,
     })?;
     Ok(SignedDelivery { headers, body })
+}
+
+/// What the receiver will make of a signed delivery: the key it stores it
+/// under and the event type it records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub key: String,
+    pub event_type: Option<String>,
+}
+
+/// The key and event type `provider` reads from `delivery`, exactly as the
+/// receiver reads them: from a header for some schemes, from the body for
+/// others (Stripe's `evt_...`, Paddle's `event_id`).
+pub fn identity(provider: &dyn Provider, delivery: &SignedDelivery) -> Result<Identity, Rejection> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in &delivery.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::try_from(name.as_str()),
+            HeaderValue::try_from(value.as_str()),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    let request = SignedRequest {
+        headers: &headers,
+        body: &delivery.body,
+    };
+    let payload = serde_json::from_slice(&delivery.body).unwrap_or(Value::Null);
+    Ok(Identity {
+        key: provider.delivery_id(&request, &payload)?,
+        event_type: provider.event_type(&request, &payload),
+    })
 }
 
 /// A `payment.succeeded` event in the shape the built-in payments handler
@@ -57,12 +90,22 @@ pub struct Answer {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    #[error("cannot reach {url}: {source}")]
+    #[error("cannot reach {url}")]
     Transport {
         url: String,
         #[source]
         source: reqwest::Error,
     },
+}
+
+impl SendError {
+    /// Nothing accepted the connection: the request never reached a
+    /// receiver, so posting it again cannot deliver it twice.
+    pub fn is_refused(&self) -> bool {
+        match self {
+            SendError::Transport { source, .. } => source.is_connect(),
+        }
+    }
 }
 
 /// Posts a signed delivery and returns the answer, whatever its status.
@@ -71,9 +114,10 @@ pub async fn post(
     url: &str,
     delivery: &SignedDelivery,
 ) -> Result<Answer, SendError> {
-    let transport = |source| SendError::Transport {
+    // reqwest's own message names the URL too; the variant already does.
+    let transport = |source: reqwest::Error| SendError::Transport {
         url: url.to_owned(),
-        source,
+        source: source.without_url(),
     };
     let mut request = client
         .post(url)
@@ -135,6 +179,66 @@ fn shell_quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::{ProviderSpec, build};
+
+    /// Every message of an error's chain, as `{:#}` of anyhow prints it.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_url_once() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|address| address.port())
+            .expect("a free port");
+        let url = format!("http://127.0.0.1:{port}/webhooks/demo");
+        let delivery = SignedDelivery {
+            headers: Vec::new(),
+            body: b"{}".to_vec(),
+        };
+        let error = post(&reqwest::Client::new(), &url, &delivery)
+            .await
+            .expect_err("nothing listens there");
+        assert!(error.is_refused());
+        let text = chain(&error);
+        assert_eq!(text.matches(&url).count(), 1, "{text}");
+        assert_eq!(text.matches("127.0.0.1").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn the_identity_is_the_key_the_provider_reads_from_the_body_or_a_header() {
+        let spec = |secret: &str| ProviderSpec {
+            secrets: vec![secret.to_owned()],
+            ..ProviderSpec::default()
+        };
+        let stripe = build("stripe", &spec("whsec_test")).expect("stripe");
+        let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#.to_vec();
+        let delivery = sign(stripe.as_ref(), "msg_ignored", 0, None, body).expect("signed");
+        assert_eq!(
+            identity(stripe.as_ref(), &delivery).expect("a key"),
+            Identity {
+                key: "evt_1".into(),
+                event_type: Some("payment_intent.succeeded".into()),
+            }
+        );
+        let github = build("github", &spec("s3cret")).expect("github");
+        let body = br#"{"action":"opened"}"#.to_vec();
+        let delivery = sign(github.as_ref(), "d-1", 0, Some("pull_request"), body).expect("signed");
+        assert_eq!(
+            identity(github.as_ref(), &delivery).expect("a key"),
+            Identity {
+                key: "d-1".into(),
+                event_type: Some("pull_request.opened".into()),
+            }
+        );
+    }
 
     #[test]
     fn curl_commands_quote_every_argument() {

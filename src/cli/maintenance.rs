@@ -15,8 +15,10 @@ pub struct ReconcileArgs {
 
 #[derive(clap::Args)]
 pub struct ReprocessArgs {
+    /// The endpoint (or client-key scope) the delivery was received on.
     #[arg(long)]
     endpoint: String,
+    /// The stored delivery's key: the provider's delivery or event id, as `list` shows it.
     #[arg(long)]
     delivery: String,
     /// Who is doing it, for the history (default: $USER).

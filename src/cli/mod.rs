@@ -8,23 +8,48 @@ mod send;
 mod sign;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use idempotent_receiver::config::Settings;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use idempotent_receiver::config::{self, Settings};
 use idempotent_receiver::fixtures;
 use idempotent_receiver::handlers::Registry;
 use idempotent_receiver::startup::{self, Application};
-use idempotent_receiver::store::Store;
+use idempotent_receiver::store::{DatabaseUrl, Store};
 use idempotent_receiver::telemetry::{self, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// What the environment sets, for `--help`: the flags above show their own
+/// variable; these two have no flag (a token belongs in no command line).
+const ENVIRONMENT: &str = "\
+Environment:
+  DATABASE_URL     the database, as --database-url (a flag wins over it, it wins over the file)
+  IR_CONFIG        the configuration file, as --config
+  IR_LISTEN        the listen address, as --listen
+  IR_DATA_DIR      the folder of the default SQLite file and of demo.secret (default: data)
+  IR_ADMIN_TOKENS  admin tokens, comma-separated, added to the file's admin_tokens
+  RUST_LOG         the log level (default: info)";
+
 /// Verifies signed webhooks and processes every delivery exactly once.
 #[derive(Parser)]
-#[command(name = "idempotent-receiver", version)]
+#[command(name = "idempotent-receiver", version, after_help = ENVIRONMENT)]
 struct Cli {
-    /// The TOML configuration file (default: $IR_CONFIG, else built-in defaults).
-    #[arg(long, global = true)]
+    /// The TOML configuration file (default: built-in defaults and the `demo` endpoint).
+    #[arg(long, global = true, env = "IR_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// The address `serve` listens on and `send`/`sign` post to (overrides the file's `listen`).
+    #[arg(long, global = true, env = "IR_LISTEN", value_name = "ADDRESS", value_parser = parse_listen)]
+    listen: Option<String>,
+    /// The database, sqlite://PATH or postgres://USER@HOST/DB (overrides the file's `database_url`).
+    #[arg(
+        long,
+        global = true,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL",
+        value_parser = parse_database_url
+    )]
+    database_url: Option<String>,
     /// How log lines are written to stderr.
     #[arg(long, global = true, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -34,7 +59,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Apply migrations, then serve POST /webhooks/{endpoint}, /healthz and /readyz.
+    /// Apply migrations, then serve the webhook endpoints and the rest of the HTTP surface.
+    ///
+    /// Routes: POST /webhooks/{endpoint} (each configured endpoint); POST /payments
+    /// (Idempotency-Key) and GET /payments/{id}; GET /healthz (the process is up);
+    /// GET /readyz (the database answers); GET /metrics (Prometheus text); and, once an
+    /// admin token is configured, /admin (the page, /admin/login, /admin/logout) and
+    /// its API /admin/deliveries, /admin/deliveries/{endpoint}/{delivery_id},
+    /// /admin/stats and /admin/openapi.json, on `admin_listen` if set.
+    #[command(after_help = ENVIRONMENT)]
     Serve,
     /// Apply the pending database migrations and exit.
     Migrate,
@@ -53,6 +86,7 @@ enum Command {
     List(list::Args),
     /// Regenerate the signed request fixtures of every provider, with a fixed clock.
     Fixtures {
+        /// The folder to write `<provider>/<case>.json` into (existing files are overwritten).
         #[arg(long, default_value = "tests/fixtures")]
         dir: PathBuf,
     },
@@ -69,12 +103,62 @@ enum Command {
     Purge(purge::Args),
 }
 
+impl Command {
+    fn reads_database(&self) -> bool {
+        !matches!(
+            self,
+            Command::Send(_) | Command::Sign(_) | Command::Fixtures { .. }
+        )
+    }
+}
+
+/// `--listen` / `IR_LISTEN`: refused here rather than at bind time.
+fn parse_listen(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    text.parse::<std::net::SocketAddr>()
+        .map(|_| text.to_owned())
+        .map_err(|_| format!("{text:?} is not an address such as 127.0.0.1:8080"))
+}
+
+/// `--database-url` / `DATABASE_URL`: refused here, naming the flag, rather
+/// than later as a settings error. The message never repeats the URL, which
+/// may carry a password.
+fn parse_database_url(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    DatabaseUrl::parse(text).map(|_| text.to_owned())
+}
+
 /// Parses the command line and runs the command; the exit code is the
 /// command's own (`send` fails on a non-2xx answer).
 pub async fn run() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches)?;
     telemetry::init(cli.log_format);
-    let settings = Settings::load(cli.config.as_deref())?;
+    // The flags reach the settings as the variables they stand for, so the
+    // order is the file's own: a flag (or its variable) over the file.
+    // An empty variable counts as unset, as everywhere in the settings.
+    let listen = cli.listen.clone().filter(|v| !v.is_empty());
+    let database_url = cli.database_url.clone().filter(|v| !v.is_empty());
+    let config_file = cli.config.clone().filter(|v| !v.as_os_str().is_empty());
+    let overrides = |name: &str| match name {
+        "IR_LISTEN" => listen.clone(),
+        "DATABASE_URL" => database_url.clone(),
+        _ => config::process_env(name),
+    };
+    let settings = Settings::load_with(config_file.as_deref(), &overrides)?;
+    if cli.command.reads_database() {
+        let origin = match (&database_url, matches.value_source("database_url")) {
+            (Some(_), Some(ValueSource::CommandLine)) => "--database-url".to_owned(),
+            (Some(_), _) => "DATABASE_URL".to_owned(),
+            (None, _) if config_file.is_some() => settings.source.clone(),
+            (None, _) => "the default; no --config, --database-url or DATABASE_URL".to_owned(),
+        };
+        eprintln!("database: {} ({origin})", settings.database.redacted());
+    }
     match cli.command {
         Command::Serve => {
             let app = Application::build(&settings, &Registry::builtin()).await?;

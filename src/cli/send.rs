@@ -2,10 +2,11 @@
 //! the receiver and print the answer.
 
 use anyhow::{Context, bail};
-use idempotent_receiver::client;
-use idempotent_receiver::config::Settings;
+use idempotent_receiver::client::{self, Answer, SendError, SignedDelivery};
+use idempotent_receiver::config::{Settings, format_duration, parse_duration};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,9 +19,18 @@ pub struct Args {
     /// Where to post (default: the configured listen address).
     #[arg(long)]
     url: Option<String>,
-    /// The delivery id (default: a new random msg_... id). Repeat an id to see a replay.
+    /// The delivery id, for schemes that carry it in a header (default: a new random msg_...
+    /// id). Without --file it is the sample body's id too. Repeat an id to see a replay.
     #[arg(long)]
     id: Option<String>,
+    /// The event type, for schemes that carry it in a header (GitHub's X-GitHub-Event,
+    /// Shopify's X-Shopify-Topic, an hmac endpoint's event_type_header).
+    #[arg(long)]
+    event_type: Option<String>,
+    /// How long to wait for a receiver that is not listening yet (e.g. one started just
+    /// before); "0" fails at once.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    wait: Duration,
 }
 
 pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
@@ -33,6 +43,7 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
             known.join(", ")
         );
     };
+    let provider = configured.provider.as_ref();
     let id = args
         .id
         .unwrap_or_else(|| format!("msg_{}", uuid::Uuid::new_v4().simple()));
@@ -47,14 +58,24 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
         format!("http://{listen}/webhooks/{endpoint}")
     });
     let delivery = client::sign(
-        configured.provider.as_ref(),
+        provider,
         &id,
         chrono::Utc::now().timestamp(),
-        None,
+        args.event_type.as_deref(),
         body,
     )?;
-    let answer = client::post(&reqwest::Client::new(), &url, &delivery).await?;
-    println!("POST {url}  (delivery id {id})");
+    // The key the receiver stores the delivery under, which is not `--id`
+    // for schemes that read it from the body (Stripe's `evt_...`).
+    let identity = match client::identity(provider, &delivery) {
+        Ok(identity) => format!(
+            "key {}, event type {}",
+            identity.key,
+            identity.event_type.as_deref().unwrap_or("(none)")
+        ),
+        Err(rejection) => format!("no key: {rejection}"),
+    };
+    let answer = post_once_listening(&url, &delivery, args.wait).await?;
+    println!("POST {url}  ({identity})");
     println!("HTTP {}", answer.status);
     for (name, value) in &answer.headers {
         println!("{name}: {value}");
@@ -66,4 +87,40 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Posts `delivery`, waiting up to `wait` for something to accept the
+/// connection: `serve &` followed at once by `send` must work. Only a refused
+/// connection is retried; that request never reached a receiver.
+async fn post_once_listening(
+    url: &str,
+    delivery: &SignedDelivery,
+    wait: Duration,
+) -> anyhow::Result<Answer> {
+    const POLL: Duration = Duration::from_millis(200);
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + wait;
+    let mut told = false;
+    loop {
+        match client::post(&http, url, delivery).await {
+            Err(error) if error.is_refused() && Instant::now() < deadline => {
+                if !told {
+                    eprintln!(
+                        "nothing listens at {url} yet; waiting up to {} for the receiver (--wait)",
+                        format_duration(wait)
+                    );
+                    told = true;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            Err(error @ SendError::Transport { .. }) if error.is_refused() => {
+                return Err(anyhow::Error::new(error).context(format!(
+                    "no receiver listened within {}: start one with `idempotent-receiver serve` \
+                     (with the same --config / --listen), or pass --url",
+                    format_duration(wait)
+                )));
+            }
+            other => return Ok(other?),
+        }
+    }
 }

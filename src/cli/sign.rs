@@ -38,7 +38,9 @@ pub struct Args {
     event_type: Option<String>,
     #[arg(long, value_enum, default_value = "headers")]
     format: Format,
-    /// The URL in `--format curl` (default: the local receiver's endpoint).
+    /// The URL in `--format curl` (default: the local receiver's /webhooks/<endpoint>
+    /// with --endpoint; with --provider, /webhooks/<provider>, which is only right for an
+    /// endpoint named after its provider).
     #[arg(long)]
     url: Option<String>,
 }
@@ -91,8 +93,15 @@ pub fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
             }
         }
         Format::Curl => {
-            let name = args.endpoint.unwrap_or_else(|| provider.name().to_owned());
             let url = args.url.unwrap_or_else(|| {
+                let name = args.endpoint.unwrap_or_else(|| {
+                    let name = provider.name().to_owned();
+                    eprintln!(
+                        "note: the curl command posts to /webhooks/{name}; give --endpoint NAME \
+                         (or --url) to post to your endpoint"
+                    );
+                    name
+                });
                 format!(
                     "http://{}/webhooks/{name}",
                     settings.listen.replace("0.0.0.0", "127.0.0.1")

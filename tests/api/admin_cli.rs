@@ -85,6 +85,45 @@ both_backends!(
     }
 );
 
+both_backends!(
+    /// `list` without `--config` used to read `data/receiver.db` without a
+    /// word while the server ran on PostgreSQL: every command that reads a
+    /// database says which one, on one stderr line, its password masked.
+    async fn every_command_that_reads_the_database_says_which_one_without_its_password(app) {
+        assert_eq!(app.deliver("msg_db1", &payment("pay_db1", 100)).await.status(), 200);
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        // Trust authentication takes any password, so one can be shown masked.
+        let with_password = app.database_url.replacen("postgres://root@", "postgres://root:hunter2@", 1);
+        let shown = idempotent_receiver::store::DatabaseUrl::parse(&with_password)
+            .expect("a database URL")
+            .redacted();
+        if with_password != app.database_url {
+            assert!(shown.contains("root:***@"), "{shown}");
+        }
+        let database_lines = |output: &Output| -> Vec<String> {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(!stderr.contains("hunter2"), "{stderr}");
+            stderr.lines().filter(|line| line.starts_with("database: ")).map(str::to_owned).collect()
+        };
+        for command in [&["list"][..], &["purge", "--dry-run"], &["reconcile"], &["migrate"]] {
+            let mut args = vec!["--database-url", with_password.as_str()];
+            args.extend_from_slice(command);
+            let output = run(app, dir.path(), &args);
+            stdout(&output);
+            assert_eq!(database_lines(&output), [format!("database: {shown} (--database-url)")], "{command:?}");
+        }
+        let from_environment = run(app, dir.path(), &["list"]);
+        assert!(stdout(&from_environment).contains("msg_db1"));
+        let shown = idempotent_receiver::store::DatabaseUrl::parse(&app.database_url)
+            .expect("a database URL")
+            .redacted();
+        assert_eq!(database_lines(&from_environment), [format!("database: {shown} (DATABASE_URL)")]);
+        // Commands that read no database say nothing about one.
+        let signed = run(app, dir.path(), &["sign", "--provider", "github", "--secret", "s", "--file", "/dev/null"]);
+        assert!(database_lines(&signed).is_empty());
+    }
+);
+
 /// A running `serve`, stopped (and waited for) when dropped.
 struct Server(std::process::Child);
 

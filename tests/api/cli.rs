@@ -1,6 +1,7 @@
 //! The binary as a new user runs it: `serve` with no configuration at all,
 //! then `send` twice with the same id.
 
+use crate::both_backends;
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -24,21 +25,32 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn run(dir: &std::path::Path, listen: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
+/// The binary in `dir`, listening (or posting) at `listen`, with none of
+/// the caller's own settings variables.
+fn binary(dir: &std::path::Path, listen: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
         .args(args)
         .current_dir(dir)
         .env("IR_LISTEN", listen)
         .env_remove("DATABASE_URL")
         .env_remove("IR_CONFIG")
         .env_remove("IR_DATA_DIR")
-        .output()
-        .unwrap()
+        .env_remove("IR_ADMIN_TOKENS");
+    command
+}
+
+fn run(dir: &std::path::Path, listen: &str, args: &[&str]) -> Output {
+    binary(dir, listen, args).output().unwrap()
 }
 
 async fn wait_until_healthy(port: u16) {
+    wait_until_ready(&format!("127.0.0.1:{port}")).await;
+}
+
+async fn wait_until_ready(listen: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let url = format!("http://127.0.0.1:{port}/readyz");
+    let url = format!("http://{listen}/readyz");
     while Instant::now() < deadline {
         if reqwest::get(&url).await.is_ok_and(|r| r.status() == 200) {
             return;
@@ -357,3 +369,317 @@ async fn sigterm_lets_an_in_flight_delivery_finish_before_exiting() {
         .unwrap();
     assert_eq!(row.status, "completed", "finished, not left to expire");
 }
+
+/// The README's round trip pasted as it stands: `serve &` and `send` at
+/// once. `send` starts first here, and must wait for the listener instead of
+/// failing with "Connection refused".
+#[tokio::test]
+async fn send_waits_for_a_receiver_that_starts_late_then_delivers() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut send = binary(
+        dir.path(),
+        &listen,
+        &[
+            "send",
+            "--endpoint",
+            "demo",
+            "--id",
+            "msg_late",
+            "--wait",
+            "60s",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = std::io::BufReader::new(send.stderr.take().unwrap());
+    let (lines, said) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    // The receiver starts only once `send` has said that it waits for one.
+    let (said, first) = tokio::task::spawn_blocking(move || {
+        let first = said.recv_timeout(Duration::from_secs(30));
+        (said, first)
+    })
+    .await
+    .unwrap();
+    let first = first.expect("send says why it waits");
+    assert!(
+        first.contains(&format!(
+            "nothing listens at http://{listen}/webhooks/demo yet"
+        )) && first.contains("waiting up to 1m"),
+        "{first}"
+    );
+    let server = Server(
+        binary(dir.path(), &listen, &["serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let output = tokio::task::spawn_blocking(move || send.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let rest: Vec<String> = said.try_iter().collect();
+    assert!(output.status.success(), "{stdout}\n{rest:?}");
+    assert!(stdout.contains("HTTP 200"), "{stdout}");
+    assert!(printed_body(&output).contains("\"processed\""), "{stdout}");
+    drop(server);
+}
+
+/// What `send` and `sign` print is what the receiver stores: the key it
+/// reads (Stripe's body `evt_...`, not `--id`), the event type that
+/// `--event-type` put in the header, and the endpoint's own URL.
+#[tokio::test]
+async fn send_and_sign_print_what_the_receiver_will_see() {
+    use idempotent_receiver::fixtures;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("receiver.toml");
+    std::fs::write(&config, fixtures::endpoints_toml()).unwrap();
+    let (_server, listen) = serve_with(dir.path(), Some(&config)).await;
+    let with_config = |args: &[&str]| {
+        let mut all = vec!["--config", config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run(dir.path(), &listen, &all)
+    };
+    let listed = |endpoint: &str| -> Vec<serde_json::Value> {
+        let output = with_config(&["list", "--endpoint", endpoint, "--json"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // The one line that says which database was read, and from where.
+        let expected = format!(
+            "database: sqlite://{} ({})",
+            std::path::Path::new("data/receiver.db").display(),
+            config.display()
+        );
+        assert!(stderr.lines().any(|line| line == expected), "{stderr}");
+        let page: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        page["items"].as_array().cloned().unwrap_or_default()
+    };
+
+    // GitHub: the header carries --event-type; the body's action completes it.
+    let pull_request = dir.path().join("pull_request.json");
+    std::fs::write(&pull_request, r#"{"action":"opened","number":7}"#).unwrap();
+    let sent = with_config(&[
+        "send",
+        "--endpoint",
+        "fx-github",
+        "--id",
+        "gh-delivery-1",
+        "--event-type",
+        "pull_request",
+        "--file",
+        pull_request.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&sent.stdout);
+    assert!(sent.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("(key gh-delivery-1, event type pull_request.opened)"),
+        "{stdout}"
+    );
+    let items = listed("fx-github");
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["delivery_id"], "gh-delivery-1");
+    assert_eq!(items[0]["event_type"], "pull_request.opened");
+
+    // Shopify carries it in X-Shopify-Topic.
+    let sent = with_config(&[
+        "send",
+        "--endpoint",
+        "fx-shopify",
+        "--id",
+        "shop-1",
+        "--event-type",
+        "orders/paid",
+    ]);
+    let stdout = String::from_utf8_lossy(&sent.stdout);
+    assert!(
+        stdout.contains("(key shop-1, event type orders/paid)"),
+        "{stdout}"
+    );
+    assert_eq!(listed("fx-shopify")[0]["event_type"], "orders/paid");
+
+    // Stripe keys on the body's id, whatever --id says.
+    let event = dir.path().join("event.json");
+    std::fs::write(
+        &event,
+        r#"{"id":"evt_cli_1","object":"event","type":"customer.created","data":{"object":{}}}"#,
+    )
+    .unwrap();
+    let sent = with_config(&[
+        "send",
+        "--endpoint",
+        "fx-stripe",
+        "--file",
+        event.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&sent.stdout);
+    assert!(sent.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("(key evt_cli_1, event type customer.created)") && !stdout.contains("msg_"),
+        "{stdout}"
+    );
+    let items = listed("fx-stripe");
+    assert_eq!(items[0]["delivery_id"], "evt_cli_1");
+
+    // `sign --format curl` posts to the endpoint's name ...
+    let signed = with_config(&[
+        "sign",
+        "--endpoint",
+        "fx-stripe",
+        "--file",
+        event.to_str().unwrap(),
+        "--format",
+        "curl",
+    ]);
+    let curl = String::from_utf8_lossy(&signed.stdout);
+    assert!(
+        curl.starts_with(&format!(
+            "curl -sS -i -X POST 'http://{listen}/webhooks/fx-stripe'"
+        )),
+        "{curl}"
+    );
+    // ... and without --endpoint, to the provider's, saying so.
+    let signed = with_config(&[
+        "sign",
+        "--provider",
+        "stripe",
+        "--secret",
+        "whsec_x",
+        "--file",
+        event.to_str().unwrap(),
+        "--format",
+        "curl",
+    ]);
+    let curl = String::from_utf8_lossy(&signed.stdout);
+    assert!(
+        curl.contains(&format!("'http://{listen}/webhooks/stripe'")),
+        "{curl}"
+    );
+    let note = String::from_utf8_lossy(&signed.stderr);
+    assert!(
+        note.contains("/webhooks/stripe") && note.contains("--endpoint"),
+        "{note}"
+    );
+}
+
+#[test]
+fn help_names_the_environment_every_route_and_every_option() {
+    let help = |args: &[&str]| {
+        let output = Command::new(BIN)
+            .args(args)
+            // A password in the environment never reaches the help text.
+            .env("DATABASE_URL", "postgres://root:hunter2@127.0.0.1/test")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let top = help(&["--help"]);
+    for variable in [
+        "DATABASE_URL",
+        "IR_CONFIG",
+        "IR_LISTEN",
+        "IR_DATA_DIR",
+        "IR_ADMIN_TOKENS",
+    ] {
+        assert!(
+            top.contains(variable),
+            "--help should name {variable}: {top}"
+        );
+    }
+    for flag in [
+        "--listen <ADDRESS>",
+        "--database-url <URL>",
+        "[env: DATABASE_URL]",
+    ] {
+        assert!(top.contains(flag), "{flag}: {top}");
+    }
+    assert!(!top.contains("hunter2"), "{top}");
+
+    let serve = help(&["serve", "--help"]);
+    for route in [
+        "/webhooks/{endpoint}",
+        "/payments",
+        "/payments/{id}",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/admin",
+        "/admin/deliveries",
+        "IR_ADMIN_TOKENS",
+    ] {
+        assert!(
+            serve.contains(route),
+            "serve --help should list {route}: {serve}"
+        );
+    }
+    let reprocess = help(&["reprocess", "--help"]);
+    assert!(
+        reprocess.contains("received on") && reprocess.contains("as `list` shows it"),
+        "{reprocess}"
+    );
+    let fixtures = help(&["fixtures", "--help"]);
+    assert!(fixtures.contains("The folder to write"), "{fixtures}");
+    let send = help(&["send", "--help"]);
+    assert!(
+        send.contains("--event-type") && send.contains("--wait"),
+        "{send}"
+    );
+}
+
+both_backends!(
+    /// `--listen` and `--database-url` win over `IR_LISTEN` and
+    /// `DATABASE_URL`: `serve` runs on the test app's database, `send` posts
+    /// to it, and the delivery lands in that database.
+    async fn listen_and_database_url_flags_override_the_environment(app) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("receiver.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "purge_interval = \"0\"\nreconcile_interval = \"0\"\n[endpoints.shop]\nprovider = \"standard-webhooks\"\nsecrets = [{:?}]\n",
+                crate::helpers::SECRET
+            ),
+        )
+        .unwrap();
+        let unused = format!("127.0.0.1:{}", free_port());
+        let listen = format!("127.0.0.1:{}", free_port());
+        let decoy = dir.path().join("decoy.db");
+        let environment = |command: &mut Command| {
+            command
+                .env("IR_LISTEN", &unused)
+                .env("DATABASE_URL", format!("sqlite://{}", decoy.display()));
+        };
+        let config_arg = config.to_str().unwrap();
+        let mut serve = binary(
+            dir.path(),
+            &unused,
+            &["--config", config_arg, "--listen", &listen, "--database-url", &app.database_url, "serve"],
+        );
+        environment(&mut serve);
+        let _server = Server(serve.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+        wait_until_ready(&listen).await;
+
+        let mut send = binary(
+            dir.path(),
+            &unused,
+            &["--config", config_arg, "--listen", &listen, "send", "--endpoint", "shop", "--id", "msg_flags", "--wait", "0"],
+        );
+        environment(&mut send);
+        let sent = send.output().unwrap();
+        let stdout = String::from_utf8_lossy(&sent.stdout);
+        assert!(stdout.contains("HTTP 200"), "{stdout}{}", String::from_utf8_lossy(&sent.stderr));
+        let row = app.delivery("msg_flags").await.expect("stored in the flag's database");
+        assert_eq!(row.status, "completed");
+        assert!(!decoy.exists(), "the environment's database was not touched");
+    }
+);

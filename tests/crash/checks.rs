@@ -12,10 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What the database holds, and every way it breaks the contract.
 pub struct Verdict {
     pub ledger_rows: usize,
-    /// Deliveries that committed but whose "processed" answer reached no
-    /// sender (every 2xx they got was a replay): the chaos struck between
-    /// the commit and the answer.
-    pub answers_lost: usize,
+    /// Deliveries that ran and committed once, but whose "processed"
+    /// answer reached no sender: the kill (or the database restart) cut the
+    /// connection after the commit and before the answer, so every 2xx they
+    /// got was a retry's replay of the stored answer. Expected under chaos;
+    /// neither a lost delivery nor a double run (both are violations).
+    pub answers_cut_after_commit: usize,
     /// Ledger ids never used. PostgreSQL never hands a sequence value out
     /// twice, so each gap is a ledger insert that was rolled back by the
     /// chaos (after a crash of PostgreSQL itself, also the up to 32 values
@@ -138,7 +140,7 @@ pub async fn check(
     let mut varied = Vec::new();
     let mut unlike_stored = Vec::new();
     let mut ran_twice = Vec::new();
-    let mut answers_lost = 0;
+    let mut answers_cut_after_commit = 0;
     for delivery in &plan.deliveries {
         let id = delivery.id.as_str();
         if by_id.get(id).is_none_or(|row| row.status != COMPLETED) {
@@ -165,7 +167,7 @@ pub async fn check(
             unlike_stored.push(id);
         }
         match fresh.get(id).copied().unwrap_or(0) {
-            0 => answers_lost += 1,
+            0 => answers_cut_after_commit += 1,
             1 => {}
             more => ran_twice.push(format!("{id}: {more} answers")),
         }
@@ -233,7 +235,7 @@ pub async fn check(
     Ok(Verdict {
         ledger_id_gaps,
         ledger_rows: ledger.len(),
-        answers_lost,
+        answers_cut_after_commit,
         violations,
     })
 }

@@ -183,7 +183,7 @@ fn summary(
 ) {
     let get = Stats::get;
     say(&format!(
-        "crash summary: backend={} scenario={} seed={} N={} sent={} attempts={} kills={} restarts={} db_restarts={} retries={} 5xx={} (500={} 503={}) 409={} (in-progress={}) connection_errors={} replayed={} answers_lost={} ledger_id_gaps={} ledger_rows={} seconds={:.1}",
+        "crash summary: backend={} scenario={} seed={} N={} sent={} attempts={} kills={} restarts={} db_restarts={} retries={} 5xx={} (500={} 503={}) 409={} (in-progress={}) connection_errors={} replayed={} answers_cut_after_commit={} ledger_id_gaps={} ledger_rows={} seconds={:.1}",
         context.backend,
         context.name,
         context.seed,
@@ -201,11 +201,17 @@ fn summary(
         get(&stats.conflict_in_progress),
         get(&stats.connection_errors),
         get(&stats.replayed),
-        verdict.answers_lost,
+        verdict.answers_cut_after_commit,
         verdict.ledger_id_gaps,
         verdict.ledger_rows,
         context.started.elapsed().as_secs_f64(),
     ));
+    if verdict.answers_cut_after_commit > 0 {
+        say(&format!(
+            "  answers_cut_after_commit={}: deliveries that ran and committed once, but whose answer the chaos cut off after the commit; their retries got the stored answer as a replay (expected, not a loss)",
+            verdict.answers_cut_after_commit
+        ));
+    }
 }
 
 /// Builds the provider's load against `server` and starts it.

@@ -30,7 +30,9 @@ WORKERS=${WORKERS:-}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 TARGET=${CARGO_TARGET_DIR:-target}
 
-cargo build --release --quiet --bins
+# The receiver, and the load generator (bench/loadgen, a workspace member
+# that is not published).
+cargo build --release --quiet --bin idempotent-receiver --bin loadgen
 BIN=$TARGET/release/idempotent-receiver
 LOADGEN=$TARGET/release/loadgen
 

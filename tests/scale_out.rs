@@ -1,5 +1,6 @@
-//! More than one instance, and the load generator: the real binary, several
-//! processes on one PostgreSQL schema, duplicates sprayed across all of them.
+//! More than one instance: the real binary, several processes on one
+//! PostgreSQL schema, duplicates sprayed across all of them. (The load
+//! generator's own smoke test is `bench/loadgen/tests/smoke.rs`.)
 
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, RunQueryDsl};
@@ -15,7 +16,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
-const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const ENDPOINT: &str = "bench";
 
@@ -230,37 +230,4 @@ async fn three_receivers_on_one_schema_run_each_sprayed_duplicate_exactly_once()
 
     drop((a, b, c));
     test_schema::drop(&schema).await;
-}
-
-/// The load generator itself, as CI can afford it: a few hundred requests
-/// against a receiver on SQLite, with the correctness columns checked.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_load_generator_storm_reports_one_effect_per_id_and_identical_bodies() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let database_url = format!("sqlite://{}", dir.path().join("receiver.db").display());
-    let receiver = Receiver::start(dir.path(), "smoke", &database_url).await;
-    for (scenario, requests) in [("storm", "320"), ("mixed", "300")] {
-        let output = Command::new(LOADGEN)
-            .args(["--url", &receiver.base_url(), "--endpoint", ENDPOINT])
-            .args(["--secret", SECRET, "--scenario", scenario])
-            .args(["--concurrency", "16", "--storm-copies", "16"])
-            .args(["--requests", requests, "--duration", "60"])
-            .args(["--replay-keys", "50", "--database-url", &database_url])
-            .output()
-            .expect("the load generator runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "loadgen {scenario} failed ({}):\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let result = stdout
-            .lines()
-            .find(|line| line.starts_with("RESULT "))
-            .unwrap_or_else(|| panic!("no RESULT line in:\n{stdout}"));
-        assert!(result.contains("one_effect=ok"), "{result}");
-        assert!(result.contains("bodies_identical=ok"), "{result}");
-        assert!(result.contains("bad_status=false"), "{result}");
-    }
 }

@@ -1,6 +1,7 @@
 //! The command line: the clap types and the dispatch. Each command's body is
 //! its own module; `anyhow` is used here, at the binary's edge, only.
 
+mod fixtures;
 mod list;
 mod maintenance;
 mod purge;
@@ -11,7 +12,6 @@ use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use idempotent_receiver::config::{self, Settings};
-use idempotent_receiver::fixtures;
 use idempotent_receiver::handlers::Registry;
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::store::{DatabaseUrl, Store};

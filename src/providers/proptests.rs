@@ -3,10 +3,13 @@
 
 use super::{ProviderSpec, SignedRequest, build};
 use crate::client;
-use crate::fixtures::{NOW, sources};
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use fixtures::{NOW, sources};
 use proptest::prelude::*;
 use std::time::Duration;
+
+#[path = "../cli/fixtures.rs"]
+mod fixtures;
 
 /// The headers any scheme here reads, so that the fuzzer hits them.
 const NAMES: &[&str] = &[

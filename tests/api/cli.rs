@@ -209,7 +209,7 @@ async fn serve_with(dir: &std::path::Path, config: Option<&std::path::Path>) -> 
 
 #[tokio::test]
 async fn send_and_sign_work_for_every_provider_against_serve() {
-    use idempotent_receiver::fixtures;
+    use crate::signed_fixtures as fixtures;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("receiver.toml");
     std::fs::write(&config, fixtures::endpoints_toml()).unwrap();
@@ -441,7 +441,7 @@ async fn send_waits_for_a_receiver_that_starts_late_then_delivers() {
 /// `--event-type` put in the header, and the endpoint's own URL.
 #[tokio::test]
 async fn send_and_sign_print_what_the_receiver_will_see() {
-    use idempotent_receiver::fixtures;
+    use crate::signed_fixtures as fixtures;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("receiver.toml");
     std::fs::write(&config, fixtures::endpoints_toml()).unwrap();

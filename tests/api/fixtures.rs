@@ -2,7 +2,7 @@
 //! the real endpoint gives each the answer it expects.
 
 use crate::helpers::{Backend, TestApp};
-use idempotent_receiver::fixtures::{self, Fixture, NOW};
+use crate::signed_fixtures::{self as fixtures, Fixture, NOW};
 use std::path::{Path, PathBuf};
 
 fn committed_dir() -> PathBuf {

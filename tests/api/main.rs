@@ -2,6 +2,10 @@
 //! and each test body runs on SQLite and on PostgreSQL.
 
 mod helpers;
+/// The fixture sources and their test secrets: the `fixtures` command's
+/// own, not the library's.
+#[path = "../../src/cli/fixtures.rs"]
+mod signed_fixtures;
 #[path = "../support/test_schema.rs"]
 mod test_schema;
 

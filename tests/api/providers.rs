@@ -3,10 +3,10 @@
 
 use crate::fixtures::fixture_app;
 use crate::helpers::{Backend, TestApp, problem};
+use crate::signed_fixtures::{NOW, Source, sources};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use idempotent_receiver::client;
-use idempotent_receiver::fixtures::{NOW, Source, sources};
 use idempotent_receiver::providers::{self, Provider};
 
 /// What the bad-input suite needs to know about a scheme's headers.

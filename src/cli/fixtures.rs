@@ -4,9 +4,17 @@
 //! through the real HTTP endpoint with its clock set to [`NOW`].
 //!
 //! The secrets here are test values, published on purpose; never use them.
+//! They are no part of the library: this file is the `fixtures` command's,
+//! and the tests that replay the fixtures include it with `#[path]`
+//! (`tests/api`, and the library's own property tests).
 
-use crate::client;
-use crate::providers::{self, Encoding, HmacSpec, ProviderSpec, SignError, mac::Algorithm};
+// Each includer uses part of it: the command writes, the tests read.
+#![allow(dead_code)]
+
+use idempotent_receiver::client;
+use idempotent_receiver::providers::{
+    self, Encoding, HmacSpec, ProviderSpec, SignError, mac::Algorithm,
+};
 use serde::{Deserialize, Serialize};
 
 /// The instant the fixtures were signed at (2026-01-01T00:00:00Z).

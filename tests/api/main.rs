@@ -12,6 +12,7 @@ mod test_schema;
 mod admin;
 mod admin_cli;
 mod bad_input;
+mod bench_sql;
 mod browser;
 mod cdp;
 mod cli;

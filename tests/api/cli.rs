@@ -2,6 +2,7 @@
 //! then `send` twice with the same id.
 
 use crate::both_backends;
+use crate::signed_fixtures as fixtures;
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -207,18 +208,41 @@ async fn serve_with(dir: &std::path::Path, config: Option<&std::path::Path>) -> 
     (server, listen)
 }
 
+/// `serve` with every provider's fixture endpoint (`fx-<provider>`), and the
+/// binary run with the same configuration.
+struct FixtureReceiver {
+    _server: Server,
+    listen: String,
+    config: std::path::PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl FixtureReceiver {
+    async fn start() -> FixtureReceiver {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("receiver.toml");
+        std::fs::write(&config, fixtures::endpoints_toml()).unwrap();
+        let (server, listen) = serve_with(dir.path(), Some(&config)).await;
+        FixtureReceiver {
+            _server: server,
+            listen,
+            config,
+            dir,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all = vec!["--config", self.config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        run(self.dir.path(), &self.listen, &all)
+    }
+}
+
 #[tokio::test]
 async fn send_and_sign_work_for_every_provider_against_serve() {
-    use crate::signed_fixtures as fixtures;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("receiver.toml");
-    std::fs::write(&config, fixtures::endpoints_toml()).unwrap();
-    let (_server, listen) = serve_with(dir.path(), Some(&config)).await;
-    let with_config = |args: &[&str]| {
-        let mut all = vec!["--config", config.to_str().unwrap()];
-        all.extend_from_slice(args);
-        run(dir.path(), &listen, &all)
-    };
+    let receiver = FixtureReceiver::start().await;
+    let (dir, listen) = (&receiver.dir, &receiver.listen);
+    let with_config = |args: &[&str]| receiver.run(args);
 
     for source in fixtures::sources() {
         let endpoint = source.endpoint();
@@ -441,16 +465,9 @@ async fn send_waits_for_a_receiver_that_starts_late_then_delivers() {
 /// `--event-type` put in the header, and the endpoint's own URL.
 #[tokio::test]
 async fn send_and_sign_print_what_the_receiver_will_see() {
-    use crate::signed_fixtures as fixtures;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("receiver.toml");
-    std::fs::write(&config, fixtures::endpoints_toml()).unwrap();
-    let (_server, listen) = serve_with(dir.path(), Some(&config)).await;
-    let with_config = |args: &[&str]| {
-        let mut all = vec!["--config", config.to_str().unwrap()];
-        all.extend_from_slice(args);
-        run(dir.path(), &listen, &all)
-    };
+    let receiver = FixtureReceiver::start().await;
+    let (dir, listen, config) = (&receiver.dir, &receiver.listen, &receiver.config);
+    let with_config = |args: &[&str]| receiver.run(args);
     let listed = |endpoint: &str| -> Vec<serde_json::Value> {
         let output = with_config(&["list", "--endpoint", endpoint, "--json"]);
         let stderr = String::from_utf8_lossy(&output.stderr);

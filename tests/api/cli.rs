@@ -482,25 +482,27 @@ async fn send_and_sign_print_what_the_receiver_will_see() {
         page["items"].as_array().cloned().unwrap_or_default()
     };
 
+    // `send ARGS` (split at spaces) succeeds and prints `says`.
+    let sends = |args: &str, says: &str| {
+        let args: Vec<&str> = ["send"].into_iter().chain(args.split(' ')).collect();
+        let sent = with_config(&args);
+        let stdout = String::from_utf8_lossy(&sent.stdout);
+        assert!(
+            sent.status.success() && stdout.contains(says),
+            "{args:?}: {stdout}"
+        );
+        assert!(!stdout.contains("msg_"), "{stdout}");
+    };
+
     // GitHub: the header carries --event-type; the body's action completes it.
     let pull_request = dir.path().join("pull_request.json");
     std::fs::write(&pull_request, r#"{"action":"opened","number":7}"#).unwrap();
-    let sent = with_config(&[
-        "send",
-        "--endpoint",
-        "fx-github",
-        "--id",
-        "gh-delivery-1",
-        "--event-type",
-        "pull_request",
-        "--file",
-        pull_request.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&sent.stdout);
-    assert!(sent.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("(key gh-delivery-1, event type pull_request.opened)"),
-        "{stdout}"
+    sends(
+        &format!(
+            "--endpoint fx-github --id gh-delivery-1 --event-type pull_request --file {}",
+            pull_request.display()
+        ),
+        "(key gh-delivery-1, event type pull_request.opened)",
     );
     let items = listed("fx-github");
     assert_eq!(items.len(), 1, "{items:?}");
@@ -508,19 +510,9 @@ async fn send_and_sign_print_what_the_receiver_will_see() {
     assert_eq!(items[0]["event_type"], "pull_request.opened");
 
     // Shopify carries it in X-Shopify-Topic.
-    let sent = with_config(&[
-        "send",
-        "--endpoint",
-        "fx-shopify",
-        "--id",
-        "shop-1",
-        "--event-type",
-        "orders/paid",
-    ]);
-    let stdout = String::from_utf8_lossy(&sent.stdout);
-    assert!(
-        stdout.contains("(key shop-1, event type orders/paid)"),
-        "{stdout}"
+    sends(
+        "--endpoint fx-shopify --id shop-1 --event-type orders/paid",
+        "(key shop-1, event type orders/paid)",
     );
     assert_eq!(listed("fx-shopify")[0]["event_type"], "orders/paid");
 
@@ -531,32 +523,30 @@ async fn send_and_sign_print_what_the_receiver_will_see() {
         r#"{"id":"evt_cli_1","object":"event","type":"customer.created","data":{"object":{}}}"#,
     )
     .unwrap();
-    let sent = with_config(&[
-        "send",
-        "--endpoint",
-        "fx-stripe",
-        "--file",
-        event.to_str().unwrap(),
-    ]);
-    let stdout = String::from_utf8_lossy(&sent.stdout);
-    assert!(sent.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("(key evt_cli_1, event type customer.created)") && !stdout.contains("msg_"),
-        "{stdout}"
+    sends(
+        &format!(
+            "--endpoint fx-stripe --id ignored-1 --file {}",
+            event.display()
+        ),
+        "(key evt_cli_1, event type customer.created)",
     );
     let items = listed("fx-stripe");
     assert_eq!(items[0]["delivery_id"], "evt_cli_1");
 
+    // `sign ARGS --file event.json --format curl`: its stdout and stderr.
+    let curl_of = |args: &str| {
+        let file = event.display().to_string();
+        let args: Vec<&str> = ["sign"]
+            .into_iter()
+            .chain(args.split(' '))
+            .chain(["--file", &file, "--format", "curl"])
+            .collect();
+        let signed = with_config(&args);
+        assert!(signed.status.success(), "{args:?}");
+        signed
+    };
     // `sign --format curl` posts to the endpoint's name ...
-    let signed = with_config(&[
-        "sign",
-        "--endpoint",
-        "fx-stripe",
-        "--file",
-        event.to_str().unwrap(),
-        "--format",
-        "curl",
-    ]);
+    let signed = curl_of("--endpoint fx-stripe");
     let curl = String::from_utf8_lossy(&signed.stdout);
     assert!(
         curl.starts_with(&format!(
@@ -565,17 +555,7 @@ async fn send_and_sign_print_what_the_receiver_will_see() {
         "{curl}"
     );
     // ... and without --endpoint, to the provider's, saying so.
-    let signed = with_config(&[
-        "sign",
-        "--provider",
-        "stripe",
-        "--secret",
-        "whsec_x",
-        "--file",
-        event.to_str().unwrap(),
-        "--format",
-        "curl",
-    ]);
+    let signed = curl_of("--provider stripe --secret whsec_x");
     let curl = String::from_utf8_lossy(&signed.stdout);
     assert!(
         curl.contains(&format!("'http://{listen}/webhooks/stripe'")),

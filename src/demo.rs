@@ -56,7 +56,7 @@ pub fn read_secret(data_dir: &Path) -> Result<Option<String>, String> {
 }
 
 /// Creates the secret unless it exists. Two processes starting at once
-/// both end up with the one that was written first.
+/// both end up with the one that was published first.
 pub fn ensure_secret(data_dir: &Path) -> Result<(), String> {
     use base64::Engine as _;
     let path = secret_path(data_dir);
@@ -73,19 +73,27 @@ pub fn ensure_secret(data_dir: &Path) -> Result<(), String> {
     write_private(&path, &secret).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// Writes a file only its owner can read; `create_new` so that two processes
-/// starting at once cannot overwrite each other's secret.
+/// Publishes a file only its owner can read, whole or not at all: it is
+/// written under a name of its own, then linked into place, which fails if
+/// another process got there first (its file is then the one kept). A plain
+/// `create_new` would let a racing reader see the file still empty.
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
+    let staged = path.with_extension(format!("{}.tmp", std::process::id()));
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
+    options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    match options.open(path) {
-        Ok(mut file) => file.write_all(contents.as_bytes()),
+    let written = options.open(&staged).and_then(|mut file| {
+        file.write_all(contents.as_bytes())
+            .and_then(|()| file.sync_all())
+    });
+    let published = written.and_then(|()| match std::fs::hard_link(&staged, path) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e),
-    }
+        other => other,
+    });
+    let _ = std::fs::remove_file(&staged);
+    published
 }
 
 #[cfg(test)]

@@ -48,17 +48,15 @@
 //! # }
 //! ```
 
-// The fixture sources (src/cli/fixtures.rs) name the library as the binary
-// and the integration tests do; the property tests include them too.
-#[cfg(test)]
-extern crate self as idempotent_receiver;
-
 pub mod admin;
 pub mod body;
 pub mod client;
 pub mod client_keys;
 pub mod config;
+pub mod demo;
+pub mod duration_text;
 pub mod engine;
+pub mod environment;
 pub mod handlers;
 pub mod health;
 pub mod maintenance;

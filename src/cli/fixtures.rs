@@ -6,7 +6,7 @@
 //! The secrets here are test values, published on purpose; never use them.
 //! They are no part of the library: this file is the `fixtures` command's,
 //! and the tests that replay the fixtures include it with `#[path]`
-//! (`tests/api`, and the library's own property tests).
+//! (`tests/api`, whose property tests of the providers use them too).
 
 // Each includer uses part of it: the command writes, the tests read.
 #![allow(dead_code)]

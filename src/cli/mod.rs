@@ -11,7 +11,7 @@ mod sign;
 use anyhow::Context;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use idempotent_receiver::config::{self, Settings};
+use idempotent_receiver::environment;
 use idempotent_receiver::handlers::Registry;
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::store::{DatabaseUrl, Store};
@@ -147,9 +147,9 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     let overrides = |name: &str| match name {
         "IR_LISTEN" => listen.clone(),
         "DATABASE_URL" => database_url.clone(),
-        _ => config::process_env(name),
+        _ => environment::process_env(name),
     };
-    let settings = Settings::load_with(config_file.as_deref(), &overrides)?;
+    let settings = startup::load_settings_with(config_file.as_deref(), &overrides)?;
     if cli.command.reads_database() {
         let origin = match (&database_url, matches.value_source("database_url")) {
             (Some(_), Some(ValueSource::CommandLine)) => "--database-url".to_owned(),

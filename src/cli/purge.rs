@@ -19,7 +19,7 @@ pub struct Args {
 /// `--older-than`: a duration, never zero — zero would forget every key at
 /// once, live idempotency included.
 fn parse_retention(text: &str) -> Result<Duration, String> {
-    match idempotent_receiver::config::parse_duration(text)? {
+    match idempotent_receiver::duration_text::parse_duration(text)? {
         zero if zero.is_zero() => {
             Err("0 would delete every key; give a retention such as 72h".into())
         }
@@ -31,7 +31,7 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
     let store = startup::open_store(settings).await?;
     let policy = match args.older_than {
         Some(retention) => RetentionPolicy::uniform(retention),
-        None => RetentionPolicy::from_settings(settings),
+        None => settings.retention_policy(),
     };
     let options = PurgeOptions {
         dry_run: args.dry_run,

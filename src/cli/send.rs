@@ -3,7 +3,8 @@
 
 use anyhow::{Context, bail};
 use idempotent_receiver::client::{self, Answer, SendError, SignedDelivery};
-use idempotent_receiver::config::{Settings, format_duration, parse_duration};
+use idempotent_receiver::config::Settings;
+use idempotent_receiver::duration_text::{format_duration, parse_duration};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

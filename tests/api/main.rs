@@ -24,6 +24,7 @@ mod fixtures;
 mod leases;
 mod observability;
 mod outage;
+mod provider_properties;
 mod providers;
 mod purge;
 mod replay_cache;

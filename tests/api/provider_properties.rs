@@ -1,15 +1,15 @@
 //! Arbitrary headers and bodies fed to every verifier and key extractor: no
-//! input panics, and none verifies without the secret.
+//! input panics, and none verifies without the secret. They run over the
+//! fixture sources, which name every provider, and through the public API
+//! only, so that neither `providers` nor the library depends on the
+//! fixtures or the signing client for them.
 
-use super::{ProviderSpec, SignedRequest, build};
-use crate::client;
+use crate::signed_fixtures::{NOW, sources};
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
-use fixtures::{NOW, sources};
+use idempotent_receiver::client;
+use idempotent_receiver::providers::{ProviderSpec, SignedRequest, build};
 use proptest::prelude::*;
 use std::time::Duration;
-
-#[path = "../cli/fixtures.rs"]
-mod fixtures;
 
 /// The headers any scheme here reads, so that the fuzzer hits them.
 const NAMES: &[&str] = &[

@@ -8,8 +8,11 @@
 //! and the tests that replay the fixtures include it with `#[path]`
 //! (`tests/api`, whose property tests of the providers use them too).
 
-// Each includer uses part of it: the command writes, the tests read.
-#![allow(dead_code)]
+// Not `expect`: the tests use every item, the command only some.
+#![allow(
+    dead_code,
+    reason = "each includer uses part of it: the command writes, the tests read"
+)]
 
 use idempotent_receiver::client;
 use idempotent_receiver::providers::{

@@ -19,8 +19,9 @@ use idempotent_receiver::telemetry::{self, LogFormat};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// What the environment sets, for `--help`: the flags above show their own
-/// variable; these two have no flag (a token belongs in no command line).
+/// What the environment sets, for `--help`. The flags show their own
+/// variable too; `IR_DATA_DIR`, `IR_ADMIN_TOKENS` (a token belongs on no
+/// command line) and `RUST_LOG` have no flag, so this is where they are named.
 const ENVIRONMENT: &str = "\
 Environment:
   DATABASE_URL     the database, as --database-url (a flag wins over it, it wins over the file)

@@ -158,7 +158,13 @@ pub async fn run() -> anyhow::Result<ExitCode> {
             (None, _) if config_file.is_some() => settings.source.clone(),
             (None, _) => "the default; no --config, --database-url or DATABASE_URL".to_owned(),
         };
-        eprintln!("database: {} ({origin})", settings.database.redacted());
+        let database = settings.database.redacted();
+        match cli.log_format {
+            LogFormat::Text => eprintln!("database: {database} ({origin})"),
+            // Every stderr line of the JSON format is one object: the same
+            // line, as an event.
+            LogFormat::Json => tracing::info!(%database, from = %origin, "database"),
+        }
     }
     match cli.command {
         Command::Serve => {

@@ -118,6 +118,19 @@ both_backends!(
             .expect("a database URL")
             .redacted();
         assert_eq!(database_lines(&from_environment), [format!("database: {shown} (DATABASE_URL)")]);
+        // With JSON logs every stderr line stays one JSON object: the same
+        // line is an event.
+        let json = run(app, dir.path(), &["--log-format", "json", "list"]);
+        let events: Vec<Value> = String::from_utf8_lossy(&json.stderr)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect();
+        assert!(
+            events.iter().any(|event| event["message"] == "database"
+                && event["database"] == shown.as_str()
+                && event["from"] == "DATABASE_URL"),
+            "{events:?}"
+        );
         // Commands that read no database say nothing about one.
         let signed = run(app, dir.path(), &["sign", "--provider", "github", "--secret", "s", "--file", "/dev/null"]);
         assert!(database_lines(&signed).is_empty());

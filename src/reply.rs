@@ -5,7 +5,7 @@ use crate::problem::Problem;
 use crate::store::StoredResponse;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, LOCATION};
+use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue, LOCATION};
 use std::time::Duration;
 
 /// Set on every answer that comes from the store rather than from running the
@@ -15,7 +15,7 @@ pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 /// A short name of an outcome, for logs and spans.
 pub fn outcome_name(result: &Result<Outcome, EngineError>) -> &'static str {
     match result {
-        Ok(Outcome::Processed(_)) => "processed",
+        Ok(Outcome::Fresh(_)) => "processed",
         Ok(Outcome::Replayed(_)) => "replayed",
         Ok(Outcome::InProgress { .. }) => "in_progress",
         Ok(Outcome::Mismatch) => "key_reused",
@@ -25,14 +25,16 @@ pub fn outcome_name(result: &Result<Outcome, EngineError>) -> &'static str {
     }
 }
 
+/// The one renderer of a stored answer: every face answers through it, so a
+/// replay is byte for byte what the first request got.
 pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
     match result {
-        Ok(Outcome::Processed(stored)) => stored_response(&stored),
+        Ok(Outcome::Fresh(stored)) => stored_response(&stored),
         Ok(Outcome::Replayed(stored)) => {
             let mut response = stored_response(&stored);
             response.headers_mut().insert(
-                actix_web::http::header::HeaderName::from_static("idempotent-replayed"),
-                actix_web::http::header::HeaderValue::from_static("true"),
+                HeaderName::from_static("idempotent-replayed"),
+                HeaderValue::from_static("true"),
             );
             response
         }
@@ -54,8 +56,8 @@ pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
 }
 
 /// A stored answer, as it was first given: status, content type, `Location`
-/// and body.
-pub fn stored_response(stored: &StoredResponse) -> HttpResponse {
+/// and body (shared with the store's copy, not copied).
+fn stored_response(stored: &StoredResponse) -> HttpResponse {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
     response.insert_header((CONTENT_TYPE, stored.content_type.as_str()));

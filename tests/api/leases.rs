@@ -310,7 +310,7 @@ fn answer(by: &str) -> StoredResponse {
     StoredResponse {
         status: 200,
         content_type: "text/plain".into(),
-        body: by.as_bytes().to_vec(),
+        body: by.as_bytes().to_vec().into(),
         location: None,
     }
 }

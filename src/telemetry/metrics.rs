@@ -313,11 +313,14 @@ struct Handles {
     purged_completed: Counter,
     purged_abandoned: Counter,
     reconciled: Made<&'static str, Counter>,
-    /// By route pattern, then outcome.
-    client_keys: Made<String, Arc<Made<&'static str, Counter>>>,
-    /// By route pattern, then method and status.
-    http: Made<String, Arc<Made<(&'static str, u16), Counter>>>,
+    client_keys: Made<String, Arc<ByOutcome>>,
+    http: Made<String, Arc<ByMethodAndStatus>>,
 }
+
+/// One route pattern's client-key requests, by outcome.
+type ByOutcome = Made<&'static str, Counter>;
+/// One route pattern's HTTP requests, by method and status.
+type ByMethodAndStatus = Made<(&'static str, u16), Counter>;
 
 impl Handles {
     fn new() -> Handles {

@@ -224,14 +224,17 @@ where
                     payload: None,
                 })
                 .await;
-            match claim.map(Outcome::fresh) {
-                Ok(Ok(pending)) => Unit::Keyed(pending),
+            let claim = match claim {
+                Ok(claim) => claim,
+                Err(error) => return engine_error(req, error),
+            };
+            match claim.fresh() {
+                Ok(pending) => Unit::Keyed(pending),
                 // A reused key's status is this route's to choose.
-                Ok(Err(Outcome::Mismatch)) => {
+                Err(Outcome::Mismatch) => {
                     return refuse(req, mismatch_problem(config.mismatch), "key_reused");
                 }
-                Ok(Err(answer)) => return answered(req, Ok(answer)),
-                Err(error) => return engine_error(req, error),
+                Err(answer) => return answered(req, Ok(answer)),
             }
         }
     };

@@ -70,8 +70,10 @@ pub struct Settings {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
     pub purge: PurgeSettings,
-    /// `admin_tokens` (+ `IR_ADMIN_TOKENS`) and `admin_listen`.
+    /// `admin_tokens` (+ `IR_ADMIN_TOKENS`), `admin_listen`, `[admin_login]`.
     pub admin: crate::admin::AdminSettings,
+    /// `metrics_token` (+ `IR_METRICS_TOKEN`).
+    pub metrics: crate::telemetry::metrics::MetricsSettings,
 }
 
 /// Its `Debug` masks the URL's password: a downstream's URL may carry one.
@@ -189,6 +191,8 @@ struct RawSettings {
     shutdown_grace: Option<String>,
     admin_tokens: Option<Vec<String>>,
     admin_listen: Option<String>,
+    admin_login: Option<crate::admin::RawLoginLimits>,
+    metrics_token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -425,19 +429,31 @@ impl Settings {
             pause: duration("purge_pause", raw.purge_pause.as_ref(), DEFAULT_PURGE_PAUSE)?,
         };
 
-        let admin = crate::admin::AdminSettings::parse(raw.admin_tokens, raw.admin_listen, env)
-            .map_err(|e| ConfigError::Invalid {
-                file: if e.from_environment {
+        // A module's own settings error, placed in the file or the environment.
+        let from_module =
+            |key: &str, from_environment: bool, message: String| ConfigError::Invalid {
+                file: if from_environment {
                     "environment".to_owned()
                 } else {
                     file.to_owned()
                 },
-                key: e.key.to_owned(),
-                message: e.message,
-            })?;
+                key: key.to_owned(),
+                message,
+            };
+        let admin = crate::admin::AdminSettings::parse(
+            raw.admin_tokens,
+            raw.admin_listen,
+            raw.admin_login,
+            env,
+        )
+        .map_err(|e| from_module(e.key, e.from_environment, e.message))?;
+
+        let metrics = crate::telemetry::metrics::MetricsSettings::parse(raw.metrics_token, env)
+            .map_err(|e| from_module(e.key, e.from_environment, e.message))?;
 
         Ok(Settings {
             admin,
+            metrics,
             idempotency,
             purge,
             forwarders,

@@ -2,9 +2,11 @@
 //! must look, how one is read from a request, and how two are compared. A
 //! leaf: the admin surface and `/metrics` both use it, and it knows neither.
 
+use crate::problem::Problem;
 use crate::secret::Secret;
-use actix_web::HttpRequest;
-use actix_web::http::header::AUTHORIZATION;
+use actix_web::http::StatusCode;
+use actix_web::http::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
+use actix_web::{HttpRequest, HttpResponse};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
@@ -17,6 +19,23 @@ pub fn presented(request: &HttpRequest) -> Option<&str> {
     let value = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// 401 `unauthorized` with `challenge` (`Bearer realm="..."`) as its
+/// `WWW-Authenticate`, saying nothing about why: missing and wrong tokens
+/// look alike.
+pub fn unauthorized(challenge: &'static str, detail: &'static str) -> HttpResponse {
+    let mut response = Problem::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "Unauthorized",
+        detail,
+    )
+    .to_response();
+    response
+        .headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    response
 }
 
 /// A configured token as it will be compared. The messages describe the

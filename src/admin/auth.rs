@@ -7,12 +7,9 @@ use super::error::AdminError;
 use super::limiter::Limited;
 use super::session;
 use crate::bearer;
-use crate::problem::Problem;
 use crate::telemetry::metrics;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::StatusCode;
-use actix_web::http::header::{HeaderValue, WWW_AUTHENTICATE};
 use actix_web::middleware::Next;
 use actix_web::{Error, HttpRequest, HttpResponse, web};
 use std::net::{IpAddr, Ipv4Addr};
@@ -78,18 +75,10 @@ pub fn session_access(admin: &Admin, request: &HttpRequest) -> Access {
 
 /// 401 with `WWW-Authenticate: Bearer`, saying nothing about why.
 pub fn unauthorized() -> HttpResponse {
-    let mut response = Problem::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "Unauthorized",
+    bearer::unauthorized(
+        "Bearer realm=\"admin\"",
         "this route requires an admin token: Authorization: Bearer <token>",
     )
-    .to_response();
-    response.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"admin\""),
-    );
-    response
 }
 
 /// Middleware of the API routes: nothing runs without a valid token.

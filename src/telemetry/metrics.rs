@@ -13,11 +13,9 @@
 //! operator commands, unit tests) every helper is a cheap no-op.
 
 use crate::bearer;
-use crate::problem::Problem;
 use crate::secret::Secret;
 use crate::store::{Backend, Store};
-use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
@@ -436,18 +434,10 @@ struct Scrape {
 
 async fn scrape(scrape: web::Data<Scrape>, request: HttpRequest) -> HttpResponse {
     if !scrape.settings.allows(&request) {
-        let mut response = Problem::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Unauthorized",
+        return bearer::unauthorized(
+            "Bearer realm=\"metrics\"",
             "/metrics requires the metrics token: Authorization: Bearer <token>",
-        )
-        .to_response();
-        response.headers_mut().insert(
-            WWW_AUTHENTICATE,
-            HeaderValue::from_static("Bearer realm=\"metrics\""),
         );
-        return response;
     }
     sample_pool(&scrape.store);
     HttpResponse::Ok()

@@ -1,6 +1,7 @@
 //! Bearer tokens (`Authorization: Bearer <token>`): how a configured token
-//! must look, how one is read from a request, and how two are compared. A
-//! leaf: the admin surface and `/metrics` both use it, and it knows neither.
+//! must look, how one is read from a request, how two are compared, and the
+//! 401 that refuses one. The admin surface and `/metrics` both use it; it
+//! knows neither.
 
 use crate::problem::Problem;
 use crate::secret::Secret;

@@ -49,7 +49,7 @@ impl AdminSettings {
         file_tokens: Option<Vec<String>>,
         listen: Option<String>,
         login: Option<RawLoginLimits>,
-        env: crate::config::Env<'_>,
+        env: crate::environment::Env<'_>,
     ) -> Result<AdminSettings, InvalidAdminSetting> {
         let mut tokens = Vec::new();
         for (i, token) in file_tokens.unwrap_or_default().iter().enumerate() {
@@ -127,9 +127,8 @@ fn rate(
         None => default.burst,
     };
     let refill: Duration = match refill {
-        Some(text) => {
-            crate::config::parse_duration(&text).map_err(|message| invalid(refill_key, message))?
-        }
+        Some(text) => crate::duration_text::parse_duration(&text)
+            .map_err(|message| invalid(refill_key, message))?,
         None => default.refill,
     };
     Ok(Rate { burst, refill })

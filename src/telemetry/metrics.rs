@@ -365,7 +365,7 @@ impl MetricsSettings {
     /// `metrics_token` from the file; `IR_METRICS_TOKEN` replaces it.
     pub fn parse(
         file_token: Option<String>,
-        env: crate::config::Env<'_>,
+        env: crate::environment::Env<'_>,
     ) -> Result<MetricsSettings, InvalidMetricsSetting> {
         let (key, from_environment, token) = match env(TOKEN_ENV) {
             Some(token) => (TOKEN_ENV, true, Some(token)),

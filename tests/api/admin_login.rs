@@ -181,9 +181,12 @@ both_backends_with!(admin;
             assert!(response.headers().get("set-cookie").is_none(), "{headers:?}");
             problem(response, 403, "cross-site-request").await;
         }
-        // A browser's same-origin post, and curl's post with neither header.
+        // A browser's same-origin post (its origin hidden as `null` under the
+        // page's `Referrer-Policy: no-referrer`, or not), and curl's post
+        // with neither header.
         for headers in [
             vec![("origin", own.as_str()), ("sec-fetch-site", "same-origin")],
+            vec![("origin", "null"), ("sec-fetch-site", "same-origin")],
             vec![],
         ] {
             let response = log_in(app, &client, ADMIN_TOKEN, &headers).await;

@@ -171,3 +171,61 @@ async fn a_german_server_still_answers_409_to_a_parallel_duplicate_and_503_to_a_
     app.teardown().await;
     test_schema::drop(&schema).await;
 }
+
+/// `url` (the test database's) logged in as `role` instead.
+fn as_role(url: &str, role: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{role}@{host}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_tells_whether_the_role_may_switch_a_german_server_to_english() {
+    let Some((schema, _)) = german_schema().await else {
+        return;
+    };
+    let role = format!("ir_t_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let mut superuser = PgConn::establish(&test_schema::database_url())
+        .await
+        .expect("a connection");
+    // The server answers this role in German, and the role may not change it.
+    superuser
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; ALTER ROLE {role} SET lc_messages = 'de_DE.UTF-8'"
+        ))
+        .await
+        .expect("the test role is made");
+    let url = idempotent_receiver::store::DatabaseUrl::parse(&as_role(
+        &test_schema::database_url(),
+        &role,
+    ))
+    .unwrap();
+    let unprivileged = Store::connect(&url, &StoreOptions::default())
+        .unwrap()
+        .check_error_language()
+        .await;
+    // Once it may (PostgreSQL 15+), each connection switches to English.
+    superuser
+        .batch_execute(&format!("GRANT SET ON PARAMETER lc_messages TO {role}"))
+        .await
+        .expect("the grant is made");
+    let granted = Store::connect(&url, &StoreOptions::default())
+        .unwrap()
+        .check_error_language()
+        .await;
+    superuser
+        .batch_execute(&format!(
+            "REVOKE SET ON PARAMETER lc_messages FROM {role}; DROP ROLE {role}"
+        ))
+        .await
+        .expect("the test role is dropped");
+    assert!(
+        !unprivileged.expect("the probe runs"),
+        "German went unnoticed"
+    );
+    assert!(
+        granted.expect("the probe runs"),
+        "the granted role stays German"
+    );
+    test_schema::drop(&schema).await;
+}

@@ -63,6 +63,14 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
     if applied > 0 {
         tracing::info!(applied, "applied database migrations");
     }
+    if !store.check_error_language().await? {
+        tracing::warn!(
+            "PostgreSQL answers in another language than English and this role may not set \
+             lc_messages: lock and statement timeouts will answer 500 instead of 409 and 503. \
+             As a superuser: ALTER ROLE <role> SET lc_messages = 'C' \
+             (or GRANT SET ON PARAMETER lc_messages TO <role>)"
+        );
+    }
     Ok(store)
 }
 
@@ -183,7 +191,7 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
-        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
+        let admin = Admin::new(store.clone(), &settings.admin);
         // `admin_listen` is bound before anything starts, so that a busy
         // address stops start-up with nothing left running.
         let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {
@@ -197,14 +205,16 @@ impl Application {
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
+        let metrics_settings = settings.metrics.clone();
         let mut server = HttpServer::new(move || {
             App::new()
                 // Outermost: every answer, a 404 or an inner middleware's
                 // error included, carries the request id.
                 .wrap(RequestIds)
-                .configure(telemetry::metrics::configure(
+                .configure(telemetry::metrics::configure_with(
                     health_store.clone(),
                     metrics_handle.clone(),
+                    metrics_settings.clone(),
                 ))
                 .configure(|cfg| webhooks.configure(cfg))
                 .configure(|cfg| {

@@ -29,9 +29,9 @@ pub fn outcome_name(result: &Result<Outcome, EngineError>) -> &'static str {
 /// replay is byte for byte what the first request got.
 pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
     match result {
-        Ok(Outcome::Fresh(stored)) => stored_response(&stored),
+        Ok(Outcome::Fresh(stored)) => stored_response(stored),
         Ok(Outcome::Replayed(stored)) => {
-            let mut response = stored_response(&stored);
+            let mut response = stored_response(stored);
             response.headers_mut().insert(
                 HeaderName::from_static("idempotent-replayed"),
                 HeaderValue::from_static("true"),
@@ -57,12 +57,39 @@ pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
 
 /// A stored answer, as it was first given: status, content type, `Location`
 /// and body (shared with the store's copy, not copied).
-fn stored_response(stored: &StoredResponse) -> HttpResponse {
+fn stored_response(stored: StoredResponse) -> HttpResponse {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
     response.insert_header((CONTENT_TYPE, stored.content_type.as_str()));
     if let Some(location) = &stored.location {
         response.insert_header((LOCATION, location.as_str()));
     }
-    response.body(stored.body.clone())
+    response.body(stored.body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    #[test]
+    fn a_replay_hands_the_stored_bytes_to_the_body_without_copying_them() {
+        let body = bytes::Bytes::from(vec![b'x'; 4096]);
+        let stored = StoredResponse {
+            status: 201,
+            content_type: "application/json".into(),
+            body: body.clone(),
+            location: Some("/payments/pay_1".into()),
+        };
+        let response = respond(Ok(Outcome::Replayed(stored)));
+        assert_eq!(response.status(), 201);
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+        assert_eq!(header(REPLAYED_HEADER), Some("true"));
+        assert_eq!(header(LOCATION.as_str()), Some("/payments/pay_1"));
+        let sent = response
+            .into_body()
+            .try_into_bytes()
+            .unwrap_or_else(|_| panic!("the body is the stored bytes"));
+        assert_eq!(sent.as_ptr(), body.as_ptr(), "the same bytes, not a copy");
+    }
 }

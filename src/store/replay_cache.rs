@@ -185,6 +185,17 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_shares_the_remembered_body_rather_than_copying_it() {
+        let cache = ReplayCache::new(&ReplayCacheOptions::default());
+        let stored = response("{\"ok\":true}");
+        cache.remember("shop", "msg_1", "h1", at(), &stored);
+        let hit = cache.get("shop", "msg_1").expect("a hit");
+        assert_eq!(hit.response.body.as_ptr(), stored.body.as_ptr());
+        let replayed = hit.response.clone();
+        assert_eq!(replayed.body.as_ptr(), stored.body.as_ptr());
+    }
+
+    #[test]
     fn forget_and_the_ttl_end_an_entry() {
         let cache = ReplayCache::new(&ReplayCacheOptions {
             bytes: 1 << 20,

@@ -662,4 +662,20 @@ mod tests {
         assert_eq!(error.key, TOKEN_ENV);
         assert!(error.from_environment);
     }
+
+    #[test]
+    fn a_handle_is_made_once_per_label_value_and_then_reused() {
+        let made: Made<String, Arc<u32>> = Made::default();
+        let mut makes = 0;
+        let mut make = |n| {
+            makes += 1;
+            Arc::new(n)
+        };
+        let first = made.get("shop", || make(1));
+        let again = made.get("shop", || make(2));
+        let other = made.get("github", || make(3));
+        assert!(Arc::ptr_eq(&first, &again), "the same handle");
+        assert_eq!((*again, *other), (1, 3));
+        assert_eq!(makes, 2, "one per label value");
+    }
 }

@@ -98,7 +98,7 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
                     report.completed += 1;
                     "completed"
                 }
-                Err(EngineError::Store(error)) => return Err(error.into()),
+                Err(error @ EngineError::Store(_)) => return Err(error),
                 Err(EngineError::LeaseLost) => {
                     report.skipped += 1;
                     "skipped"

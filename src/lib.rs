@@ -57,6 +57,7 @@ pub mod engine;
 pub mod fixtures;
 pub mod handlers;
 pub mod health;
+pub mod log_text;
 pub mod maintenance;
 pub mod payments;
 pub mod problem;

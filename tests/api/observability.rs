@@ -420,7 +420,7 @@ both_backends! {
 }
 
 /// A `serve` process whose stdout and stderr go to files, killed on drop.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     stdout: PathBuf,
     stderr: PathBuf,
@@ -429,7 +429,7 @@ struct Served {
 impl Served {
     /// Starts `serve` in `dir` with `args` before the command and `env`
     /// on top of a clean environment, and waits until it is ready.
-    async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
+    pub(crate) async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -473,7 +473,7 @@ impl Served {
         (served, listen)
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
@@ -482,7 +482,7 @@ impl Served {
     }
 
     /// Stops the process; what it wrote stays in the files.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -494,7 +494,7 @@ impl Drop for Served {
     }
 }
 
-fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
+pub(crate) fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
     providers::build(
         name,
         &ProviderSpec {
@@ -506,7 +506,7 @@ fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
 }
 
 /// Posts `body` to `url`, signed by `provider` as `id`, with `extra` headers.
-async fn post_signed(
+pub(crate) async fn post_signed(
     url: &str,
     provider: &dyn Provider,
     id: &str,

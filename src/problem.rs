@@ -102,12 +102,13 @@ impl Problem {
         )
     }
 
-    pub fn unsupported_media_type() -> Problem {
+    /// A body sent as another content type than `expected`.
+    pub fn unsupported_media_type(expected: &str) -> Problem {
         Problem::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported-media-type",
             "Unsupported media type",
-            "the body must be sent as content-type: application/json",
+            format!("the body must be sent as content-type: {expected}"),
         )
     }
 
@@ -189,7 +190,7 @@ pub fn framework_problem(error: &actix_web::Error) -> Option<Problem> {
         return Some(match error {
             JsonPayloadError::OverflowKnownLength { limit, .. }
             | JsonPayloadError::Overflow { limit } => Problem::payload_too_large(*limit),
-            JsonPayloadError::ContentType => Problem::unsupported_media_type(),
+            JsonPayloadError::ContentType => Problem::unsupported_media_type("application/json"),
             JsonPayloadError::Deserialize(error) => Problem::malformed_json(error),
             JsonPayloadError::Payload(error) => payload(error),
             // Serialising a response is the application's failure, not the
@@ -203,12 +204,9 @@ pub fn framework_problem(error: &actix_web::Error) -> Option<Problem> {
     if let Some(error) = error.as_error::<UrlencodedError>() {
         return Some(match error {
             UrlencodedError::Overflow { limit, .. } => Problem::payload_too_large(*limit),
-            UrlencodedError::ContentType => Problem::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-                "the body must be sent as content-type: application/x-www-form-urlencoded",
-            ),
+            UrlencodedError::ContentType => {
+                Problem::unsupported_media_type("application/x-www-form-urlencoded")
+            }
             _ => Problem::new(
                 StatusCode::BAD_REQUEST,
                 "malformed-body",
@@ -345,6 +343,23 @@ impl From<&Rejection> for Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn actix_extractor_errors_map_to_problems_and_an_apps_own_errors_do_not() {
+        use actix_web::error::{ErrorBadRequest, JsonPayloadError};
+        let wrong_type = actix_web::Error::from(JsonPayloadError::ContentType);
+        let problem = framework_problem(&wrong_type).expect("an extractor error");
+        assert_eq!(
+            (problem.status, problem.slug()),
+            (415, "unsupported-media-type")
+        );
+        let too_large = actix_web::Error::from(JsonPayloadError::Overflow { limit: 10 });
+        assert_eq!(framework_problem(&too_large).map(|p| p.status), Some(413));
+        assert!(framework_problem(&ErrorBadRequest("the app's own")).is_none());
+        let refused = HttpResponse::from_error(wrong_type);
+        assert!(refuses_request(&refused));
+        assert!(!refuses_request(&HttpResponse::BadRequest().finish()));
+    }
 
     #[test]
     fn a_problems_slug_is_its_type_without_the_prefix() {

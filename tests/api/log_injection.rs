@@ -4,7 +4,7 @@
 
 use crate::both_backends;
 use crate::helpers::{Backend, SECRET, TestApp, problem};
-use crate::observability::{Served, post_signed, provider};
+use crate::observability::{Served, post_signed, provider, shop_config};
 use idempotent_receiver::log_text::MAX_LOGGED_CHARS;
 use std::time::{Duration, Instant};
 
@@ -34,13 +34,7 @@ async fn log_injection_leaves_every_line_of_the_text_log_the_binarys_own(backend
         },
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("receiver.toml");
-    std::fs::write(
-        &config,
-        format!("[endpoints.shop]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\n"),
-    )
-    .unwrap();
-    let config = config.to_string_lossy().to_string();
+    let config = shop_config(dir.path());
     let mut env = vec![("RUST_LOG", "info")];
     if let Some(app) = &database {
         env.push(("DATABASE_URL", app.database_url.as_str()));

@@ -537,16 +537,22 @@ async fn post_raw(
     request.send().await.unwrap()
 }
 
-#[tokio::test]
-async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("receiver.toml");
+/// Writes a configuration with one endpoint, `shop` (Standard Webhooks,
+/// the test secret), into `dir`, and returns its path.
+pub(crate) fn shop_config(dir: &Path) -> String {
+    let config = dir.join("receiver.toml");
     std::fs::write(
         &config,
         format!("[endpoints.shop]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\n"),
     )
     .unwrap();
-    let config = config.to_string_lossy().to_string();
+    config.to_string_lossy().to_string()
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = shop_config(dir.path());
     let (mut served, listen) = Served::start(
         dir.path(),
         &["--config", &config, "--log-format", "json"],

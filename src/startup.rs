@@ -2,7 +2,8 @@
 
 use crate::admin::Admin;
 use crate::client_keys::{Idempotency, TenantSource};
-use crate::config::{ConfigError, Settings, format_duration};
+use crate::config::{ConfigError, Settings};
+use crate::duration_text::format_duration;
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
@@ -30,6 +31,18 @@ pub enum StartupError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Loads the settings the commands run with: `path` (or `IR_CONFIG`, or the
+/// defaults) and the environment. Without a configured endpoint, the demo
+/// endpoint's secret is created here, once, so that the demo endpoint exists.
+pub fn load_settings(path: Option<&std::path::Path>) -> Result<Settings, ConfigError> {
+    let settings = Settings::load(path)?;
+    if settings.demo {
+        crate::demo::ensure_secret(&settings.data_dir)
+            .map_err(|message| settings.invalid("endpoints", message))?;
+    }
+    settings.with_demo_endpoint()
 }
 
 pub fn store_options(settings: &Settings) -> StoreOptions {
@@ -237,7 +250,7 @@ impl Application {
                 "endpoint ready"
             );
         }
-        for short in short_retentions(settings) {
+        for short in short_retentions(&settings.endpoints, &settings.retention_policy()) {
             tracing::warn!(
                 endpoint = %short.endpoint,
                 retention = %format_duration(short.retention),
@@ -245,7 +258,7 @@ impl Application {
                 "{short}"
             );
         }
-        let purge = PurgeTask::from_settings(settings, store.clone());
+        let purge = PurgeTask::new(store.clone(), settings.retention_policy(), &settings.purge);
         match &purge {
             Some(task) => tracing::info!(
                 every = %format_duration(task.interval()),

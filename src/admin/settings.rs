@@ -35,7 +35,7 @@ impl AdminSettings {
     pub fn parse(
         file_tokens: Option<Vec<String>>,
         listen: Option<String>,
-        env: crate::config::Env<'_>,
+        env: crate::environment::Env<'_>,
     ) -> Result<AdminSettings, InvalidAdminSetting> {
         let mut tokens = Vec::new();
         for (i, token) in file_tokens.unwrap_or_default().iter().enumerate() {

@@ -7,6 +7,32 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// `[forwarders.NAME]`: a `forward` handler usable in `handlers = [...]`.
+/// Its `Debug` masks the URL's password: a downstream's URL may carry one.
+#[derive(Clone)]
+pub struct ForwarderSettings {
+    pub name: String,
+    pub url: String,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+impl ForwarderSettings {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_RETRIES: u32 = 2;
+}
+
+impl std::fmt::Debug for ForwarderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwarderSettings")
+            .field("name", &self.name)
+            .field("url", &crate::secret::redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
+}
+
 pub struct Forward {
     url: String,
     timeout: Duration,

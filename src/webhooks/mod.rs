@@ -3,9 +3,11 @@
 
 mod operation;
 mod payload;
+mod settings;
 
 pub use operation::RunHandlers;
 pub use payload::{NUL_REPLACEMENT, parse_payload};
+pub use settings::EndpointSettings;
 
 use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::handlers::{Event, Handler};

@@ -467,7 +467,7 @@ async fn reprocessing(backend: Backend) {
     // Past the retention, the purge forgets the key and its history together.
     app.age_delivery("msg_bug", chrono::TimeDelta::days(4))
         .await;
-    let policy = maintenance::RetentionPolicy::from_settings(&app.settings);
+    let policy = app.settings.retention_policy();
     let options = maintenance::PurgeOptions::from_settings(&app.settings.purge);
     maintenance::purge(&app.store, &policy, &options)
         .await

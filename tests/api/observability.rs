@@ -316,7 +316,7 @@ async fn metrics_count_each_kind_of_answer_with_bounded_labels_postgres() {
 
 both_backends! {
     async fn a_takeover_a_reconciliation_and_a_purge_are_counted(app) {
-        use idempotent_receiver::maintenance::{self, PurgeOptions, RetentionPolicy};
+        use idempotent_receiver::maintenance::{self, PurgeOptions};
         use idempotent_receiver::store::NewClaim;
         use sha2::{Digest, Sha256};
 
@@ -358,7 +358,7 @@ both_backends! {
         assert_eq!(app.deliver("msg_expired", &payment("pay_expired", 1)).await.status(), 200);
         app.age_delivery("msg_expired", chrono::TimeDelta::hours(100)).await;
         let options = PurgeOptions { batch: 100, pause: Duration::ZERO, dry_run: false };
-        let purged = maintenance::purge(&app.store, &RetentionPolicy::from_settings(&app.settings), &options)
+        let purged = maintenance::purge(&app.store, &app.settings.retention_policy(), &options)
             .await
             .unwrap();
         assert!(purged.total() >= 1);

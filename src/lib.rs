@@ -49,6 +49,7 @@
 //! ```
 
 pub mod admin;
+pub mod bearer;
 pub mod body;
 pub mod client;
 pub mod client_keys;

@@ -49,6 +49,7 @@
 //! ```
 
 pub mod admin;
+pub mod bearer;
 pub mod body;
 pub mod client;
 pub mod client_keys;
@@ -59,6 +60,7 @@ pub mod engine;
 pub mod environment;
 pub mod handlers;
 pub mod health;
+pub mod log_text;
 pub mod maintenance;
 pub mod payments;
 pub mod problem;

@@ -9,6 +9,7 @@ use crate::handlers::Registry;
 use crate::health;
 use crate::maintenance::{PurgeTask, short_retentions};
 use crate::payments;
+use crate::problem;
 use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
 use crate::telemetry::{self, request_id::RequestIds};
 use crate::webhooks::{Endpoint, Webhooks};
@@ -71,6 +72,14 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
     let applied = store.migrate().await?;
     if applied > 0 {
         tracing::info!(applied, "applied database migrations");
+    }
+    if !store.check_error_language().await? {
+        tracing::warn!(
+            "PostgreSQL answers in another language than English and this role may not set \
+             lc_messages: lock and statement timeouts will answer 500 instead of 409 and 503. \
+             As a superuser: ALTER ROLE <role> SET lc_messages = 'C' \
+             (or GRANT SET ON PARAMETER lc_messages TO <role>)"
+        );
     }
     Ok(store)
 }
@@ -192,7 +201,7 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
-        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
+        let admin = Admin::new(store.clone(), &settings.admin);
         // `admin_listen` is bound before anything starts, so that a busy
         // address stops start-up with nothing left running.
         let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {
@@ -206,14 +215,20 @@ impl Application {
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
+        let payments_body = settings.idempotency.max_body_bytes;
+        let metrics_settings = settings.metrics.clone();
         let mut server = HttpServer::new(move || {
             App::new()
+                // The framework's own errors (extractors, 404, 405) as
+                // problem+json, like every other refusal.
+                .wrap(problem::framework_errors())
                 // Outermost: every answer, a 404 or an inner middleware's
                 // error included, carries the request id.
                 .wrap(RequestIds)
-                .configure(telemetry::metrics::configure(
+                .configure(telemetry::metrics::configure_with(
                     health_store.clone(),
                     metrics_handle.clone(),
+                    metrics_settings.clone(),
                 ))
                 .configure(|cfg| webhooks.configure(cfg))
                 .configure(|cfg| {
@@ -224,6 +239,7 @@ impl Application {
                 .configure(payments::configure(
                     health_store.clone(),
                     idempotency.clone(),
+                    payments_body,
                 ))
                 .configure(health::configure(health_store.clone()))
                 .configure(|cfg| extra(cfg))

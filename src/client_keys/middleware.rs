@@ -1,7 +1,7 @@
 use super::fingerprint::fingerprint;
 use super::key::{self, KeyError};
 use super::tx::{Slot, Unit};
-use crate::engine::{Claim, ClaimRequest, Engine, EngineError, Outcome};
+use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::problem::Problem;
 use crate::reply;
 use crate::store::StoredResponse;
@@ -93,6 +93,19 @@ impl Idempotency {
     pub fn max_body(mut self, bytes: usize) -> Idempotency {
         self.max_body = bytes;
         self
+    }
+
+    /// Where tenants come from, for routes that read back what a keyed
+    /// route created: they scope by it exactly as keys are scoped.
+    pub fn tenant_source(&self) -> &TenantSource {
+        &self.tenant
+    }
+}
+
+impl TenantSource {
+    /// The tenant `req` belongs to, read as for its key's scope.
+    pub fn of(&self, req: &ServiceRequest) -> Option<String> {
+        tenant_of(self, req)
     }
 }
 
@@ -224,23 +237,17 @@ where
                     payload: None,
                 })
                 .await;
-            match claim {
-                Ok(Claim::Fresh(pending)) => Unit::Keyed(pending),
-                Ok(Claim::Replay(stored)) => {
-                    let mut response = reply::stored_response(&stored);
-                    response.headers_mut().insert(
-                        HeaderName::from_static("idempotent-replayed"),
-                        actix_web::http::header::HeaderValue::from_static("true"),
-                    );
-                    return (Ok(req.into_response(response)), Some("replayed"));
-                }
-                Ok(Claim::InProgress { retry_after }) => {
-                    return refuse(req, Problem::in_progress(retry_after), "in_progress");
-                }
-                Ok(Claim::Mismatch) => {
+            let claim = match claim {
+                Ok(claim) => claim,
+                Err(error) => return engine_error(req, error),
+            };
+            match claim.fresh() {
+                Ok(pending) => Unit::Keyed(pending),
+                // A reused key's status is this route's to choose.
+                Err(Outcome::Mismatch) => {
                     return refuse(req, mismatch_problem(config.mismatch), "key_reused");
                 }
-                Err(error) => return engine_error(req, error),
+                Err(answer) => return answered(req, Ok(answer)),
             }
         }
     };
@@ -277,11 +284,15 @@ where
     (result, Some(outcome))
 }
 
-/// The answer to a failed claim or transaction, and its outcome's name.
-fn engine_error(req: ServiceRequest, error: EngineError) -> Handled {
-    let result = Err(error);
+/// The engine's answer (a replay, a busy key, a failed claim or
+/// transaction), and its outcome's name.
+fn answered(req: ServiceRequest, result: Result<Outcome, EngineError>) -> Handled {
     let outcome = reply::outcome_name(&result);
     (Ok(req.into_response(reply::respond(result))), Some(outcome))
+}
+
+fn engine_error(req: ServiceRequest, error: EngineError) -> Handled {
+    answered(req, Err(error))
 }
 
 /// Stores the handler's answer with the key and commits, or, for a 5xx,
@@ -294,7 +305,11 @@ where
     B: MessageBody + 'static,
 {
     let status = response.status();
-    if status.is_server_error() {
+    // A refusal of the request itself (a body too large, not JSON, of
+    // another content type: an extractor's error, see
+    // `problem::refuses_request`) says nothing about the operation: like a
+    // 5xx it is not stored, so the corrected request can use the key.
+    if status.is_server_error() || crate::problem::refuses_request(response.response()) {
         unit.release().await;
         return (Ok(response.map_into_boxed_body()), "released");
     }
@@ -322,7 +337,7 @@ where
     let stored = StoredResponse {
         status: status.as_u16(),
         content_type: header(CONTENT_TYPE).unwrap_or_default(),
-        body: body.to_vec(),
+        body: body.clone(),
         location: header(LOCATION),
     };
     match unit.finish(&stored).await {

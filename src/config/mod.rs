@@ -18,13 +18,14 @@ mod tests;
 
 pub use error::ConfigError;
 
-use crate::admin::AdminSettings;
+use crate::admin::{AdminSettings, RawLoginLimits};
 use crate::client_keys::IdempotencySettings;
 use crate::engine::EngineOptions;
 use crate::environment::{Env, process_env};
 use crate::handlers::ForwarderSettings;
 use crate::maintenance::{PurgeSettings, RetentionPolicy};
 use crate::store::{DatabaseUrl, ReplayCacheOptions, StoreOptions};
+use crate::telemetry::metrics::MetricsSettings;
 use crate::webhooks::EndpointSettings;
 use error::Source;
 use serde::Deserialize;
@@ -70,8 +71,10 @@ pub struct Settings {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
     pub purge: PurgeSettings,
-    /// `admin_tokens` (+ `IR_ADMIN_TOKENS`) and `admin_listen`.
+    /// `admin_tokens` (+ `IR_ADMIN_TOKENS`), `admin_listen`, `[admin_login]`.
     pub admin: AdminSettings,
+    /// `metrics_token` (+ `IR_METRICS_TOKEN`).
+    pub metrics: MetricsSettings,
 }
 
 #[derive(Deserialize, Default)]
@@ -102,6 +105,8 @@ struct RawSettings {
     shutdown_grace: Option<String>,
     admin_tokens: Option<Vec<String>>,
     admin_listen: Option<String>,
+    admin_login: Option<RawLoginLimits>,
+    metrics_token: Option<String>,
 }
 
 impl Settings {
@@ -180,17 +185,23 @@ impl Settings {
             );
         }
 
-        let admin = AdminSettings::parse(raw.admin_tokens, raw.admin_listen, env).map_err(|e| {
-            let from = if e.from_environment {
+        // A module's own settings error, placed in the file or the environment.
+        let from_module = |key: &str, from_environment: bool, message: String| {
+            let from = if from_environment {
                 environment
             } else {
                 source
             };
-            from.invalid(e.key, e.message)
-        })?;
+            from.invalid(key, message)
+        };
+        let admin = AdminSettings::parse(raw.admin_tokens, raw.admin_listen, raw.admin_login, env)
+            .map_err(|e| from_module(e.key, e.from_environment, e.message))?;
+        let metrics = MetricsSettings::parse(raw.metrics_token, env)
+            .map_err(|e| from_module(e.key, e.from_environment, e.message))?;
 
         Ok(Settings {
             admin,
+            metrics,
             idempotency: idempotency::parse(&raw.idempotency, source)?,
             purge: purge::parse(
                 raw.purge_interval.as_ref(),

@@ -162,7 +162,7 @@ mod tests {
         StoredResponse {
             status: 200,
             content_type: "application/json".into(),
-            body: body.as_bytes().to_vec(),
+            body: bytes::Bytes::copy_from_slice(body.as_bytes()),
             location: None,
         }
     }
@@ -177,11 +177,22 @@ mod tests {
         cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
         let hit = cache.get("shop", "msg_1").expect("a hit");
         assert_eq!(hit.request_hash, "h1");
-        assert_eq!(hit.response.body, b"{}");
+        assert_eq!(hit.response.body, &b"{}"[..]);
         assert!(cache.get("other", "msg_1").is_none());
         // The separator keeps ("a", "b\0c") and ("a\0b", "c") apart.
         cache.remember("a", "b", "h", at(), &response("1"));
         assert!(cache.get("a\u{0}b", "").is_none());
+    }
+
+    #[test]
+    fn a_hit_shares_the_remembered_body_rather_than_copying_it() {
+        let cache = ReplayCache::new(&ReplayCacheOptions::default());
+        let stored = response("{\"ok\":true}");
+        cache.remember("shop", "msg_1", "h1", at(), &stored);
+        let hit = cache.get("shop", "msg_1").expect("a hit");
+        assert_eq!(hit.response.body.as_ptr(), stored.body.as_ptr());
+        let replayed = hit.response.clone();
+        assert_eq!(replayed.body.as_ptr(), stored.body.as_ptr());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use super::Endpoint;
 use crate::engine::{Operation, OperationError};
 use crate::handlers::{Event, HandlerError};
+use crate::log_text::escaped;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
 use crate::store::{Claimed, DbConn, StoredResponse};
 use actix_web::http::StatusCode;
@@ -48,7 +49,8 @@ impl RunHandlers {
     fn failure(&self, handler: &str, error: HandlerError) -> OperationError {
         match error {
             HandlerError::Rejected(detail) => {
-                tracing::warn!(%handler, %detail, "event rejected");
+                // A handler's words may quote the event: escaped, capped.
+                tracing::warn!(%handler, detail = %escaped(&detail), "event rejected");
                 let problem = Problem::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "event-rejected",
@@ -58,13 +60,13 @@ impl RunHandlers {
                 OperationError::Rejected(StoredResponse {
                     status: problem.status,
                     content_type: CONTENT_TYPE_PROBLEM.into(),
-                    body: problem.body(),
+                    body: problem.body().into(),
                     location: None,
                 })
             }
             HandlerError::Database(e) => OperationError::Store(e),
             HandlerError::Failed(e) => {
-                tracing::warn!(%handler, error = %e, "handler failed");
+                tracing::warn!(%handler, error = %escaped(&e.to_string()), "handler failed");
                 OperationError::Failed(e)
             }
         }
@@ -115,7 +117,9 @@ impl Operation for RunHandlers {
         Ok(StoredResponse {
             status: 200,
             content_type: "application/json".into(),
-            body: serde_json::to_vec(&body).map_err(|e| OperationError::Failed(e.into()))?,
+            body: serde_json::to_vec(&body)
+                .map_err(|e| OperationError::Failed(e.into()))?
+                .into(),
             location: None,
         })
     }

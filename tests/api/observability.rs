@@ -7,8 +7,8 @@
 //! (they only grow), and per-endpoint counters use an endpoint of the
 //! test's own.
 
-use crate::both_backends;
-use crate::helpers::{Backend, SECRET, TestApp, now, payment, problem};
+use crate::helpers::{Backend, SECRET, TestApp, TestAppBuilder, now, payment, problem};
+use crate::{both_backends, both_backends_with};
 use base64::Engine as _;
 use idempotent_receiver::providers::{self, Provider, ProviderSpec};
 use serde_json::{Value, json};
@@ -419,8 +419,50 @@ both_backends! {
     }
 }
 
+const METRICS_TOKEN: &str = "tok_metrics_0123456789abcdef";
+
+fn with_metrics_token(builder: TestAppBuilder) -> TestAppBuilder {
+    builder.top_level(&format!("metrics_token = \"{METRICS_TOKEN}\""))
+}
+
+async fn get_metrics(app: &TestApp, authorization: Option<&str>) -> reqwest::Response {
+    let mut request = app.client.get(format!("{}/metrics", app.address));
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    request.send().await.expect("the receiver answers")
+}
+
+both_backends! {
+    async fn metrics_are_open_without_a_metrics_token(app) {
+        let response = get_metrics(app, None).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.text().await.unwrap().contains("ir_db_pool_max_size"));
+        // A token nobody asked for changes nothing.
+        assert_eq!(get_metrics(app, Some("Bearer whatever")).await.status(), 200);
+    }
+}
+
+both_backends_with! {with_metrics_token;
+    async fn with_a_metrics_token_a_scrape_without_it_gets_401_and_with_it_200(app) {
+        let longer = format!("Bearer {METRICS_TOKEN}x");
+        let shorter = format!("Bearer {}", &METRICS_TOKEN[..METRICS_TOKEN.len() - 1]);
+        let basic = format!("Basic {METRICS_TOKEN}");
+        for refused in [None, Some("Bearer tok_wrong_0123456789abcdef"), Some(longer.as_str()), Some(shorter.as_str()), Some(basic.as_str())] {
+            let response = get_metrics(app, refused).await;
+            let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
+            assert!(challenge.starts_with("Bearer"), "{challenge}");
+            let body = problem(response, 401, "unauthorized").await;
+            assert!(!body.to_string().contains("ir_db_pool"), "{body}");
+        }
+        let response = get_metrics(app, Some(&format!("Bearer {METRICS_TOKEN}"))).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.text().await.unwrap().contains("ir_db_pool_max_size"));
+    }
+}
+
 /// A `serve` process whose stdout and stderr go to files, killed on drop.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     stdout: PathBuf,
     stderr: PathBuf,
@@ -429,7 +471,7 @@ struct Served {
 impl Served {
     /// Starts `serve` in `dir` with `args` before the command and `env`
     /// on top of a clean environment, and waits until it is ready.
-    async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
+    pub(crate) async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -473,7 +515,7 @@ impl Served {
         (served, listen)
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
@@ -482,7 +524,7 @@ impl Served {
     }
 
     /// Stops the process; what it wrote stays in the files.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -494,7 +536,7 @@ impl Drop for Served {
     }
 }
 
-fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
+pub(crate) fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
     providers::build(
         name,
         &ProviderSpec {
@@ -506,7 +548,7 @@ fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
 }
 
 /// Posts `body` to `url`, signed by `provider` as `id`, with `extra` headers.
-async fn post_signed(
+pub(crate) async fn post_signed(
     url: &str,
     provider: &dyn Provider,
     id: &str,
@@ -537,16 +579,22 @@ async fn post_raw(
     request.send().await.unwrap()
 }
 
-#[tokio::test]
-async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("receiver.toml");
+/// Writes a configuration with one endpoint, `shop` (Standard Webhooks,
+/// the test secret), into `dir`, and returns its path.
+pub(crate) fn shop_config(dir: &Path) -> String {
+    let config = dir.join("receiver.toml");
     std::fs::write(
         &config,
         format!("[endpoints.shop]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\n"),
     )
     .unwrap();
-    let config = config.to_string_lossy().to_string();
+    config.to_string_lossy().to_string()
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = shop_config(dir.path());
     let (mut served, listen) = Served::start(
         dir.path(),
         &["--config", &config, "--log-format", "json"],

@@ -158,13 +158,10 @@ pub async fn run() -> anyhow::Result<ExitCode> {
             (None, _) if config_file.is_some() => settings.source.clone(),
             (None, _) => "the default; no --config, --database-url or DATABASE_URL".to_owned(),
         };
+        // A log line, not a bare one: stderr stays the log's own format
+        // (every text line a timestamp and a level, every JSON line one object).
         let database = settings.database.redacted();
-        match cli.log_format {
-            LogFormat::Text => eprintln!("database: {database} ({origin})"),
-            // Every stderr line of the JSON format is one object: the same
-            // line, as an event.
-            LogFormat::Json => tracing::info!(%database, from = %origin, "database"),
-        }
+        tracing::info!("database: {database} ({origin})");
     }
     match cli.command {
         Command::Serve => {

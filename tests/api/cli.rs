@@ -477,7 +477,12 @@ async fn send_and_sign_print_what_the_receiver_will_see() {
             std::path::Path::new("data/receiver.db").display(),
             config.display()
         );
-        assert!(stderr.lines().any(|line| line == expected), "{stderr}");
+        assert!(
+            stderr
+                .lines()
+                .any(|line| line.ends_with(&format!(": {expected}"))),
+            "{stderr}"
+        );
         let page: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         page["items"].as_array().cloned().unwrap_or_default()
     };

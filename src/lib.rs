@@ -52,6 +52,7 @@ pub mod admin;
 pub mod body;
 pub mod client;
 pub mod client_keys;
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod fixtures;

@@ -1,6 +1,6 @@
 use super::{EngineError, OperationError};
 use crate::store::{Claimed, DbConn, Store, StoredResponse, Transaction};
-use chrono::{NaiveDateTime, TimeDelta, Utc};
+use chrono::{NaiveDateTime, TimeDelta};
 use std::time::Duration;
 
 /// What a request for a key gets from [`super::Engine::claim`].
@@ -98,7 +98,7 @@ impl Pending {
                 &self.lease.claimed.delivery_id,
                 &self.lease.claimed.lease_owner,
                 response,
-                Utc::now().naive_utc(),
+                self.lease.store.clock().naive_now(),
             )
             .await;
         match completed {
@@ -154,7 +154,7 @@ impl Lease {
             let every = (lease / 3).max(Duration::from_millis(100));
             loop {
                 tokio::time::sleep(every).await;
-                let until = Utc::now().naive_utc() + length;
+                let until = store.clock().naive_now() + length;
                 let renewed = match store.conn().await {
                     Ok(mut conn) => {
                         conn.renew_lease(&scope, &claimed.delivery_id, &claimed.lease_owner, until)
@@ -223,6 +223,7 @@ impl Lease {
                 "released",
                 None,
                 reason,
+                self.store.clock().naive_now(),
             )
             .await?;
         }

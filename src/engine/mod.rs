@@ -15,7 +15,7 @@ pub use claim::{Claim, Lease, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
 
 use crate::store::{Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse};
-use chrono::{NaiveDateTime, TimeDelta, Utc};
+use chrono::{NaiveDateTime, TimeDelta};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -125,6 +125,12 @@ impl Engine {
 
     pub fn options(&self) -> &EngineOptions {
         &self.inner.options
+    }
+
+    /// Now, by the store's clock: the one every lease and retention is
+    /// judged by.
+    fn now(&self) -> NaiveDateTime {
+        self.store().clock().naive_now()
     }
 
     /// Runs `operation` exactly once for `request`'s key, or answers from what
@@ -255,7 +261,7 @@ impl Engine {
         // connection: this read never decides to run anything.
         let mut conn = self.store().conn().await?;
         if let Some(row) = lookup(&mut conn, request).await? {
-            match self.judge(&row, request, now())? {
+            match self.judge(&row, request, self.now())? {
                 Verdict::Replay(stored) => return Ok(Ok(Claim::Replay(stored))),
                 Verdict::Mismatch => return Ok(Ok(Claim::Mismatch)),
                 Verdict::Busy(retry_after) => return Ok(Err(Busy(retry_after))),
@@ -331,7 +337,7 @@ impl Engine {
             .store()
             .replay_cache()
             .get(&request.scope, &request.key)?;
-        match self.judge_completed(&hit.request_hash, hit.received_at, request, now()) {
+        match self.judge_completed(&hit.request_hash, hit.received_at, request, self.now()) {
             None => Some(Claim::Replay(hit.response.clone())),
             Some(Verdict::Mismatch) => Some(Claim::Mismatch),
             // Past the retention: the database decides what happens.
@@ -347,7 +353,7 @@ impl Engine {
         conn: &mut DbConn,
         request: &ClaimRequest,
     ) -> Result<Result<(Claimed, NaiveDateTime), Attempt>, EngineError> {
-        let now = now();
+        let now = self.now();
         let owner = format!("{}/{}", self.inner.instance, uuid::Uuid::new_v4().simple());
         let claim = NewClaim {
             endpoint: &request.scope,
@@ -485,10 +491,6 @@ async fn lookup(
 fn retry_after(remaining: Duration, lease: Duration) -> Duration {
     let second = Duration::from_secs(1);
     remaining.min(lease).max(second)
-}
-
-fn now() -> NaiveDateTime {
-    Utc::now().naive_utc()
 }
 
 fn to_delta(duration: Duration) -> TimeDelta {

@@ -27,7 +27,7 @@ pub struct ReconcileReport {
 /// One pass over up to `limit` abandoned claims.
 pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileReport, EngineError> {
     let engine = webhooks.engine();
-    let now = chrono::Utc::now().naive_utc();
+    let now = engine.store().clock().naive_now();
     let stale = engine
         .store()
         .conn()
@@ -106,6 +106,7 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
                             "reconciled",
                             Some("reconciler"),
                             None,
+                            engine.store().clock().naive_now(),
                         )
                         .await?;
                     pending.complete(&response).await?;
@@ -124,18 +125,62 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
     Ok(report)
 }
 
-/// Reconciles every `interval` on a thread of its own until the process
-/// ends. Handlers' futures are not `Send` (actix runs each worker on one
-/// thread), so the loop gets a single-threaded runtime rather than a task on
-/// a multi-threaded one.
-pub fn reconcile_every(webhooks: Webhooks, interval: Duration) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("reconciler".into())
-        .spawn(move || runtime.block_on(reconcile_loop(webhooks, interval)))?;
-    Ok(())
+/// The background reconciler `serve` runs every `reconcile_interval`, started
+/// and stopped with the server like the [`super::PurgeTask`]. Handlers'
+/// futures are not `Send` (actix runs each worker on one thread), so the loop
+/// runs on a thread of its own with a single-threaded runtime, rather than as
+/// a task on a multi-threaded one.
+pub struct ReconcileTask {
+    webhooks: Webhooks,
+    interval: Duration,
+}
+
+/// A running reconciler. Stopping it, or dropping it, ends the loop where
+/// it is: a pass cut short is like a crash, whose taken-over claims expire
+/// and are reconciled by the next pass.
+pub struct Reconciler {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ReconcileTask {
+    /// The task, or `None` when `interval` is zero (reconciling is off).
+    pub fn new(webhooks: Webhooks, interval: Duration) -> Option<ReconcileTask> {
+        (!interval.is_zero()).then_some(ReconcileTask { webhooks, interval })
+    }
+
+    pub fn spawn(self) -> std::io::Result<Reconciler> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("reconciler".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        // A stop, or the handle dropped.
+                        _ = stopped => {}
+                        () = reconcile_loop(self.webhooks, self.interval) => {}
+                    }
+                });
+            })?;
+        Ok(Reconciler { stop, thread })
+    }
+}
+
+impl Reconciler {
+    /// Ends the loop and waits for its thread to finish.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let thread = self.thread;
+        if tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .is_err()
+        {
+            tracing::warn!("the reconciler's thread could not be joined");
+        }
+    }
 }
 
 async fn reconcile_loop(webhooks: Webhooks, interval: Duration) {

@@ -52,7 +52,7 @@ pub async fn reprocess(
             endpoint: endpoint.to_owned(),
             delivery_id: delivery_id.to_owned(),
         })?;
-    let now = chrono::Utc::now().naive_utc();
+    let now = store.clock().naive_now();
     if row.status != crate::store::COMPLETED
         && row.lease_expires_at.is_some_and(|until| until > now)
     {
@@ -97,19 +97,15 @@ pub async fn reprocess(
                 "reprocess-failed",
                 Some(actor),
                 Some(&detail),
+                store.clock().naive_now(),
             )
             .await?;
             return Err(ReprocessError::Failed(detail));
         }
     };
     let conn = tx.conn();
-    conn.replace_response(
-        endpoint,
-        delivery_id,
-        &response,
-        chrono::Utc::now().naive_utc(),
-    )
-    .await?;
+    conn.replace_response(endpoint, delivery_id, &response, store.clock().naive_now())
+        .await?;
     let detail = format!("answered {}", response.status);
     conn.record_history(
         endpoint,
@@ -117,6 +113,7 @@ pub async fn reprocess(
         "reprocessed",
         Some(actor),
         Some(&detail),
+        store.clock().naive_now(),
     )
     .await?;
     tx.commit().await?;

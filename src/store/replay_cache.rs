@@ -171,7 +171,9 @@ mod tests {
     }
 
     fn at() -> NaiveDateTime {
-        chrono::Utc::now().naive_utc()
+        DateTime::from_timestamp(1_800_000_000, 0)
+            .expect("a valid instant")
+            .naive_utc()
     }
 
     fn system() -> SharedClock {

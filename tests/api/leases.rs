@@ -272,6 +272,54 @@ async fn reconciliation_completes_what_happened_and_releases_what_did_not_postgr
     reconciliation(Backend::Postgres).await;
 }
 
+/// The background reconciler finds a claim abandoned by the app's clock,
+/// completes it, and ends when stopped (it used to run until the process
+/// exited, one thread per app).
+async fn background_reconciler(backend: Backend) {
+    let downstream = Downstream::default();
+    let Some(app) = forwarding_app(backend, &downstream).await else {
+        return;
+    };
+    downstream
+        .answers
+        .lock()
+        .unwrap()
+        .insert("shop:msg_bg".into(), json!({ "shipment": "shp_bg" }));
+    let body = payment("pay_bg", 300);
+    abandon(&app, "msg_bg", &body).await;
+    // Its lease ended 5 s ago by the app's clock; a minute earlier it is live.
+    app.clock.set(app.clock.now() - chrono::TimeDelta::minutes(1));
+    let live = maintenance::reconcile(&app.webhooks(), 100).await.unwrap();
+    assert_eq!(live.examined, 0, "a live lease is not reconciled");
+    let task = maintenance::ReconcileTask::new(app.webhooks(), Duration::from_millis(20))
+        .expect("a non-zero interval");
+    let reconciler = task.spawn().expect("the reconciler starts");
+    app.clock.advance(Duration::from_secs(60));
+    // Waits for a pass of the reconciler's own timer, not for the clock.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while app.delivery("msg_bg").await.unwrap().status != "completed" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background reconciler did not complete the claim"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(10), reconciler.stop())
+        .await
+        .expect("the reconciler stops when told");
+    assert_eq!(app.ledger_rows().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_reconciler_follows_the_clock_and_stops_when_told_sqlite() {
+    background_reconciler(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_reconciler_follows_the_clock_and_stops_when_told_postgres() {
+    background_reconciler(Backend::Postgres).await;
+}
+
 fn claim_request() -> ClaimRequest {
     ClaimRequest {
         scope: "race".into(),
@@ -385,10 +433,11 @@ async fn renewal(backend: Backend) {
     };
     let lease = first.commit_claim().await.unwrap();
     let renewal = lease.keep_alive(Duration::from_millis(300));
-    // Two lease lengths pass, in steps shorter than one; after each step the
-    // worker renews (every third of its lease, by tokio's timer) from the
-    // new now. Without the renewals the lease would have ended at +300 ms.
-    for _ in 0..3 {
+    // Over three lease lengths pass, in steps shorter than one; after each
+    // step the worker renews (every third of its lease, by tokio's timer)
+    // from the new now. Without the renewals the lease would have ended at
+    // +300 ms.
+    for _ in 0..5 {
         app.clock.advance(Duration::from_millis(200));
         let renewed_until = app.clock.naive_now() + chrono::TimeDelta::milliseconds(300);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);

@@ -5,6 +5,9 @@
 //!
 //! The secrets here are test values, published on purpose; never use them.
 
+#[cfg(test)]
+mod proptests;
+
 use crate::client;
 use crate::providers::{self, Encoding, HmacSpec, ProviderSpec, SignError, mac::Algorithm};
 use serde::{Deserialize, Serialize};

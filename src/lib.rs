@@ -49,12 +49,16 @@
 //! ```
 
 pub mod admin;
+pub mod bearer;
 pub mod body;
 pub mod client;
 pub mod client_keys;
 pub mod clock;
 pub mod config;
+pub mod demo;
+pub mod duration_text;
 pub mod engine;
+pub mod environment;
 pub mod fixtures;
 pub mod handlers;
 pub mod health;

@@ -117,7 +117,7 @@ enum Command {
 /// `--older-than`: a duration, never zero — zero would forget every key at
 /// once, live idempotency included.
 fn parse_retention(text: &str) -> Result<Duration, String> {
-    match idempotent_receiver::config::parse_duration(text)? {
+    match idempotent_receiver::duration_text::parse_duration(text)? {
         zero if zero.is_zero() => {
             Err("0 would delete every key; give a retention such as 72h".into())
         }
@@ -186,7 +186,7 @@ async fn main() -> std::process::ExitCode {
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
-    let settings = Settings::load(cli.config.as_deref())?;
+    let settings = idempotent_receiver::startup::load_settings(cli.config.as_deref())?;
     match cli.command {
         Command::Serve => {
             let app = Application::build(&settings, &Registry::builtin()).await?;
@@ -300,7 +300,7 @@ async fn purge(
     let store = startup::open_store(settings).await?;
     let policy = match older_than {
         Some(retention) => RetentionPolicy::uniform(retention),
-        None => RetentionPolicy::from_settings(settings),
+        None => settings.retention_policy(),
     };
     let options = PurgeOptions {
         dry_run,

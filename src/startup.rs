@@ -2,7 +2,8 @@
 
 use crate::admin::Admin;
 use crate::client_keys::{Idempotency, TenantSource};
-use crate::config::{ConfigError, Settings, format_duration};
+use crate::config::{ConfigError, Settings};
+use crate::duration_text::format_duration;
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
@@ -31,6 +32,18 @@ pub enum StartupError {
     },
 }
 
+/// Loads the settings the commands run with: `path` (or `IR_CONFIG`, or the
+/// defaults) and the environment. Without a configured endpoint, the demo
+/// endpoint's secret is created here, once, so that the demo endpoint exists.
+pub fn load_settings(path: Option<&std::path::Path>) -> Result<Settings, ConfigError> {
+    let settings = Settings::load(path)?;
+    if settings.demo {
+        crate::demo::ensure_secret(&settings.data_dir)
+            .map_err(|message| settings.invalid("endpoints", message))?;
+    }
+    settings.with_demo_endpoint()
+}
+
 pub fn store_options(settings: &Settings) -> StoreOptions {
     StoreOptions {
         pool_size: settings.pool_size,
@@ -49,6 +62,14 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
     let applied = store.migrate().await?;
     if applied > 0 {
         tracing::info!(applied, "applied database migrations");
+    }
+    if !store.check_error_language().await? {
+        tracing::warn!(
+            "PostgreSQL answers in another language than English and this role may not set \
+             lc_messages: lock and statement timeouts will answer 500 instead of 409 and 503. \
+             As a superuser: ALTER ROLE <role> SET lc_messages = 'C' \
+             (or GRANT SET ON PARAMETER lc_messages TO <role>)"
+        );
     }
     Ok(store)
 }
@@ -171,7 +192,7 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
-        let admin = Admin::new(store.clone(), settings.admin.tokens.clone());
+        let admin = Admin::new(store.clone(), &settings.admin);
         // `admin_listen` is bound before anything starts, so that a busy
         // address stops start-up with nothing left running.
         let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {
@@ -182,14 +203,16 @@ impl Application {
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
+        let metrics_settings = settings.metrics.clone();
         let mut server = HttpServer::new(move || {
             App::new()
                 // Outermost: every answer, a 404 or an inner middleware's
                 // error included, carries the request id.
                 .wrap(RequestIds)
-                .configure(telemetry::metrics::configure(
+                .configure(telemetry::metrics::configure_with(
                     health_store.clone(),
                     metrics_handle.clone(),
+                    metrics_settings.clone(),
                 ))
                 .configure(|cfg| webhooks.configure(cfg))
                 .configure(|cfg| {
@@ -229,7 +252,7 @@ impl Application {
                 "endpoint ready"
             );
         }
-        for short in short_retentions(settings) {
+        for short in short_retentions(&settings.endpoints, &settings.retention_policy()) {
             tracing::warn!(
                 endpoint = %short.endpoint,
                 retention = %format_duration(short.retention),
@@ -237,7 +260,7 @@ impl Application {
                 "{short}"
             );
         }
-        let purge = PurgeTask::from_settings(settings, store.clone());
+        let purge = PurgeTask::new(store.clone(), settings.retention_policy(), &settings.purge);
         match &purge {
             Some(task) => tracing::info!(
                 every = %format_duration(task.interval()),

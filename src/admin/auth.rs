@@ -1,52 +1,84 @@
 //! Who may use `/admin`: a bearer token for the API, the session cookie
-//! (or a bearer token) for the page. Refusals carry no data.
+//! (or a bearer token) for the page. Every presented token goes through the
+//! login limiter first. Refusals carry no data.
 
 use super::Admin;
+use super::error::AdminError;
+use super::limiter::Limited;
 use super::session;
-use crate::problem::Problem;
+use crate::bearer;
+use crate::telemetry::metrics;
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::StatusCode;
-use actix_web::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use actix_web::middleware::Next;
 use actix_web::{Error, HttpRequest, HttpResponse, web};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Instant;
 
-/// The token of an `Authorization: Bearer <token>` header (the scheme is
-/// case-insensitive, as RFC 9110 says).
-pub fn bearer(request: &HttpRequest) -> Option<&str> {
-    let value = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+/// What a presented credential came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Granted,
+    /// Missing or wrong.
+    Denied,
+    /// Not looked at: too many wrong ones lately.
+    Limited(Limited),
 }
 
-/// Whether the request carries one of the admin tokens as a bearer token.
-pub fn has_token(admin: &Admin, request: &HttpRequest) -> bool {
-    bearer(request).is_some_and(|token| admin.tokens.accepts(token.as_bytes()))
+/// The address a client is limited by: the TCP peer. Behind a reverse proxy
+/// that is the proxy, so every client shares one bucket; forwarded headers
+/// are not trusted here, since any client can write them.
+fn client_address(request: &HttpRequest) -> IpAddr {
+    request
+        .peer_addr()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.ip())
+}
+
+/// Checks `token` against the admin tokens, unless the limiter refuses the
+/// attempt first; a right token gives its attempt back.
+pub fn check_token(admin: &Admin, request: &HttpRequest, token: &str) -> Access {
+    let address = client_address(request);
+    if let Err(limited) = admin.limiter.admit(address, Instant::now()) {
+        metrics::admin_login_limited(limited.scope.label());
+        return Access::Limited(limited);
+    }
+    if admin.tokens.accepts(token.as_bytes()) {
+        admin.limiter.refund(address);
+        Access::Granted
+    } else {
+        Access::Denied
+    }
+}
+
+/// The request's bearer token, checked as [`check_token`] does; no token is
+/// `Denied` without counting as an attempt.
+fn check_bearer(admin: &Admin, request: &HttpRequest) -> Access {
+    match bearer::presented(request) {
+        Some(token) => check_token(admin, request, token),
+        None => Access::Denied,
+    }
 }
 
 /// Whether the page may be shown: a live session cookie, or a bearer token.
-pub fn has_session(admin: &Admin, request: &HttpRequest) -> bool {
+/// A cookie is an HMAC, not a guessable secret, so it is not limited (an
+/// expired one would otherwise count against its owner).
+pub fn session_access(admin: &Admin, request: &HttpRequest) -> Access {
     let now = chrono::Utc::now().timestamp();
     let cookie = request
         .cookie(session::COOKIE)
         .is_some_and(|cookie| session::verify(&admin.tokens, cookie.value(), now));
-    cookie || has_token(admin, request)
+    if cookie {
+        return Access::Granted;
+    }
+    check_bearer(admin, request)
 }
 
 /// 401 with `WWW-Authenticate: Bearer`, saying nothing about why.
 pub fn unauthorized() -> HttpResponse {
-    let mut response = Problem::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "Unauthorized",
+    bearer::unauthorized(
+        "Bearer realm=\"admin\"",
         "this route requires an admin token: Authorization: Bearer <token>",
     )
-    .to_response();
-    response.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        actix_web::http::header::HeaderValue::from_static("Bearer realm=\"admin\""),
-    );
-    response
 }
 
 /// Middleware of the API routes: nothing runs without a valid token.
@@ -54,11 +86,15 @@ pub async fn require_token(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, Error> {
-    let allowed = request
-        .app_data::<web::Data<Admin>>()
-        .is_some_and(|admin| has_token(admin, request.request()));
-    if !allowed {
-        return Ok(request.into_response(unauthorized()));
+    let access = match request.app_data::<web::Data<Admin>>() {
+        Some(admin) => check_bearer(admin, request.request()),
+        None => Access::Denied,
+    };
+    match access {
+        Access::Granted => Ok(next.call(request).await?.map_into_boxed_body()),
+        Access::Denied => Ok(request.into_response(unauthorized())),
+        Access::Limited(limited) => {
+            Ok(request.into_response(AdminError::TooManyAttempts(limited).to_response()))
+        }
     }
-    Ok(next.call(request).await?.map_into_boxed_body())
 }

@@ -1,7 +1,10 @@
+use super::limiter::{Limited, Scope};
+use super::origin::CrossSite;
 use crate::problem::Problem;
 use crate::store::StoreError;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
+use std::time::Duration;
 
 /// Why an admin request is refused.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +22,29 @@ pub enum AdminError {
     },
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Too many wrong credentials: this one was not even looked at.
+    #[error("{}", too_many(.0.scope))]
+    TooManyAttempts(Limited),
+    /// A form posted from another site.
+    #[error("cross-site request refused: {0}")]
+    CrossSite(#[from] CrossSite),
+}
+
+fn too_many(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Address => {
+            "too many wrong admin credentials from this address; retry after Retry-After seconds"
+        }
+        Scope::Global => {
+            "too many wrong admin credentials from all addresses; retry after Retry-After seconds"
+        }
+    }
+}
+
+/// Whole seconds, rounded up: a client that waits exactly `Retry-After`
+/// must find the next attempt there.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
 impl AdminError {
@@ -41,6 +67,19 @@ impl AdminError {
                 StatusCode::NOT_FOUND,
                 "unknown-delivery",
                 "Unknown delivery",
+                self.to_string(),
+            ),
+            AdminError::TooManyAttempts(limited) => Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-attempts",
+                "Too many failed attempts",
+                self.to_string(),
+            )
+            .retry_after(Duration::from_secs(retry_after_secs(limited.retry_after))),
+            AdminError::CrossSite(_) => Problem::new(
+                StatusCode::FORBIDDEN,
+                "cross-site-request",
+                "Cross-site request refused",
                 self.to_string(),
             ),
             AdminError::Store(error) => {

@@ -111,7 +111,7 @@ pub fn instant(
     if let Ok(at) = DateTime::parse_from_rfc3339(&text) {
         return Ok(Some(at.naive_utc()));
     }
-    match crate::config::parse_duration(&text) {
+    match crate::duration_text::parse_duration(&text) {
         Ok(ago) => Ok(Some(back_from(now, ago))),
         Err(_) => Err(AdminError::bad(
             parameter,

@@ -5,16 +5,20 @@
 //! Every route needs one of the configured admin tokens (`admin_tokens`,
 //! `IR_ADMIN_TOKENS`): the API as `Authorization: Bearer <token>`, the page
 //! through a session cookie derived from the token at log-in. With no token
-//! configured nothing is mounted and `/admin` answers 404.
+//! configured nothing is mounted and `/admin` answers 404. Wrong credentials
+//! are rate-limited per address and globally ([`limiter`]), and the page's
+//! forms refuse cross-site posts ([`origin`]).
 
 mod api;
 mod auth;
 mod cursor;
 mod detail;
 mod error;
+pub mod limiter;
 mod listing;
 mod model;
 mod openapi;
+pub mod origin;
 mod page;
 mod session;
 mod settings;
@@ -23,30 +27,43 @@ mod terminal;
 mod tokens;
 mod views;
 
+pub use crate::bearer::{MIN_TOKEN_LEN, constant_time_eq};
 pub use detail::{KeyRecord, fetch_detail};
 pub use error::AdminError;
+pub use limiter::LoginLimits;
 pub use listing::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, Page, PageRequest, fetch_page};
 pub use model::{DeliveryItem, DeliveryPage, DeliveryView, EndpointStats, Stats};
 pub use openapi::document as openapi_document;
-pub use settings::{AdminSettings, InvalidAdminSetting, MIN_TOKEN_LEN, TOKENS_ENV};
+pub use settings::{AdminSettings, InvalidAdminSetting, RawLoginLimits, TOKENS_ENV};
 pub use terminal::table;
-pub use tokens::{AdminTokens, constant_time_eq};
+pub use tokens::AdminTokens;
 
 use crate::store::Store;
 use actix_web::middleware::from_fn;
 use actix_web::web;
+use limiter::LoginLimiter;
+use std::sync::Arc;
 
 /// The admin surface over a store, for the configured tokens.
 #[derive(Clone)]
 pub struct Admin {
     store: Store,
     tokens: AdminTokens,
+    /// One for the whole surface: every worker, the page and the API.
+    limiter: Arc<LoginLimiter>,
 }
 
 impl Admin {
     /// `None` when no token is configured: the surface is off.
-    pub fn new(store: Store, tokens: AdminTokens) -> Option<Admin> {
-        (!tokens.is_empty()).then_some(Admin { store, tokens })
+    pub fn new(store: Store, settings: &AdminSettings) -> Option<Admin> {
+        settings.enabled().then(|| Admin {
+            store,
+            tokens: settings.tokens.clone(),
+            limiter: Arc::new(LoginLimiter::new(
+                settings.login_limits,
+                std::time::Instant::now(),
+            )),
+        })
     }
 
     /// Mounts `/admin`: the page's routes, then the API behind the token.

@@ -2,10 +2,12 @@
 //! and open keys. Server-rendered HTML, no JavaScript.
 
 use super::Admin;
-use super::auth::has_session;
+use super::auth::{Access, check_token, session_access};
 use super::detail::fetch_detail;
-use super::error::AdminError;
+use super::error::{AdminError, retry_after_secs};
 use super::listing::{ListQuery, fetch_page};
+use super::origin::same_origin;
+use super::views::LoginNotice;
 use super::{session, views};
 use actix_web::cookie::{Cookie, SameSite, time::Duration as CookieAge};
 use actix_web::http::StatusCode;
@@ -45,9 +47,18 @@ fn see_other(location: &'static str) -> HttpResponse {
         .finish()
 }
 
+/// Sends a visitor without a session to the log-in form; `None`: go on.
+fn without_session(admin: &Admin, request: &HttpRequest) -> Option<HttpResponse> {
+    match session_access(admin, request) {
+        Access::Granted => None,
+        Access::Denied => Some(see_other("/admin/login")),
+        Access::Limited(limited) => Some(AdminError::TooManyAttempts(limited).to_response()),
+    }
+}
+
 async fn index(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
-    if !has_session(&admin, &request) {
-        return see_other("/admin/login");
+    if let Some(refusal) = without_session(&admin, &request) {
+        return refusal;
     }
     let query = web::Query::<ListQuery>::from_query(request.query_string())
         .map(web::Query::into_inner)
@@ -68,10 +79,10 @@ async fn index(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
 }
 
 async fn login_form(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
-    if has_session(&admin, &request) {
+    if session_access(&admin, &request) == Access::Granted {
         return see_other("/admin");
     }
-    html(StatusCode::OK, views::login(false))
+    html(StatusCode::OK, views::login(None))
 }
 
 #[derive(Deserialize)]
@@ -79,18 +90,48 @@ struct LoginForm {
     token: String,
 }
 
-/// Checks the token exactly as the API does; on success sets the session
-/// cookie, scoped to `/admin`, unreadable by scripts, never sent cross-site.
+/// Checks the token exactly as the API does, limiter included; on success
+/// sets the session cookie, scoped to `/admin`, unreadable by scripts, never
+/// sent cross-site. A cross-site post gets 403 and no cookie.
 async fn login(admin: web::Data<Admin>, request: HttpRequest, body: web::Bytes) -> HttpResponse {
+    if let Err(cross_site) = same_origin(&request) {
+        tracing::info!(reason = %cross_site, "admin log-in refused: cross-site");
+        return AdminError::CrossSite(cross_site).to_response();
+    }
     let token = std::str::from_utf8(&body)
         .ok()
         .and_then(|form| web::Query::<LoginForm>::from_query(form).ok())
         .map(|form| form.into_inner().token);
-    let Some(token) = token.filter(|t| admin.tokens.accepts(t.trim().as_bytes())) else {
+    let Some(token) = token else {
         tracing::info!("admin log-in refused");
-        return html(StatusCode::UNAUTHORIZED, views::login(true));
+        return html(
+            StatusCode::UNAUTHORIZED,
+            views::login(Some(LoginNotice::Refused)),
+        );
     };
-    let value = session::issue(token.trim().as_bytes(), Utc::now().timestamp());
+    let token = token.trim();
+    match check_token(&admin, &request, token) {
+        Access::Granted => {}
+        Access::Denied => {
+            tracing::info!("admin log-in refused");
+            return html(
+                StatusCode::UNAUTHORIZED,
+                views::login(Some(LoginNotice::Refused)),
+            );
+        }
+        Access::Limited(limited) => {
+            let seconds = retry_after_secs(limited.retry_after);
+            let mut response = html(
+                StatusCode::TOO_MANY_REQUESTS,
+                views::login(Some(LoginNotice::Limited(seconds))),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            return response;
+        }
+    }
+    let value = session::issue(token.as_bytes(), Utc::now().timestamp());
     let cookie = Cookie::build(session::COOKIE, value)
         .path("/admin")
         .http_only(true)
@@ -106,7 +147,13 @@ async fn login(admin: web::Data<Admin>, request: HttpRequest, body: web::Bytes) 
     response
 }
 
-async fn logout() -> HttpResponse {
+/// Clears the cookie; a cross-site post gets 403 and keeps it, so that
+/// another site cannot log an operator out.
+async fn logout(request: HttpRequest) -> HttpResponse {
+    if let Err(cross_site) = same_origin(&request) {
+        tracing::info!(reason = %cross_site, "admin log-out refused: cross-site");
+        return AdminError::CrossSite(cross_site).to_response();
+    }
     let mut cookie = Cookie::build(session::COOKIE, "")
         .path("/admin")
         .http_only(true)
@@ -125,8 +172,8 @@ async fn view(
     request: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    if !has_session(&admin, &request) {
-        return see_other("/admin/login");
+    if let Some(refusal) = without_session(&admin, &request) {
+        return refusal;
     }
     let (endpoint, delivery_id) = path.into_inner();
     match fetch_detail(&admin.store, &endpoint, &delivery_id).await {

@@ -2,7 +2,7 @@
 
 use super::error::AdminError;
 use super::model::{EndpointStats, Stats, rfc3339};
-use crate::config::{format_duration, parse_duration};
+use crate::duration_text::{format_duration, parse_duration};
 use crate::store::Store;
 use chrono::NaiveDateTime;
 use serde::Deserialize;

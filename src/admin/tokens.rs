@@ -1,9 +1,9 @@
 //! The admin tokens and how a presented credential is compared with them.
 
+use crate::bearer::equal;
 use crate::secret::Secret;
-use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use subtle::{Choice, ConstantTimeEq};
+use subtle::Choice;
 
 /// The configured admin tokens. Several may be valid at once, so that a
 /// token can be rotated without locking anyone out. Never printed.
@@ -41,59 +41,9 @@ impl AdminTokens {
     }
 }
 
-/// Whether `a` and `b` are equal, in time that depends on neither their
-/// contents nor where they differ. Both sides are hashed first, so the byte
-/// comparison always runs over 32 bytes, and the lengths are compared too
-/// (in constant time) rather than returning early when they differ, which
-/// would tell an attacker the token's length.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    equal(a, b).into()
-}
-
-fn equal(a: &[u8], b: &[u8]) -> Choice {
-    let same_length = (a.len() as u64).ct_eq(&(b.len() as u64));
-    let same_digest = Sha256::digest(a)
-        .as_slice()
-        .ct_eq(Sha256::digest(b).as_slice());
-    same_length & same_digest
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn equal_bytes_compare_equal() {
-        assert!(constant_time_eq(
-            b"tok_0123456789abcdef",
-            b"tok_0123456789abcdef"
-        ));
-        assert!(constant_time_eq(b"", b""));
-    }
-
-    #[test]
-    fn bytes_of_different_lengths_never_compare_equal() {
-        assert!(!constant_time_eq(
-            b"tok_0123456789abcdef",
-            b"tok_0123456789abcde"
-        ));
-        assert!(!constant_time_eq(
-            b"tok_0123456789abcdef",
-            b"tok_0123456789abcdefg"
-        ));
-        assert!(!constant_time_eq(b"tok_0123456789abcdef", b""));
-        assert!(!constant_time_eq(b"", b"x"));
-    }
-
-    #[test]
-    fn bytes_of_the_same_length_differing_anywhere_compare_unequal() {
-        let token = b"tok_0123456789abcdef";
-        for i in 0..token.len() {
-            let mut other = *token;
-            other[i] ^= 1;
-            assert!(!constant_time_eq(token, &other), "differs at {i}");
-        }
-    }
 
     #[test]
     fn any_of_several_tokens_is_accepted() {

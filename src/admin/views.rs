@@ -87,15 +87,31 @@ fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
     }
 }
 
-pub fn login(refused: bool) -> Markup {
+/// Why the log-in form is shown again.
+pub enum LoginNotice {
+    /// The token was wrong.
+    Refused,
+    /// Too many wrong tokens; the form works again in that many seconds.
+    Limited(u64),
+}
+
+pub fn login(notice: Option<LoginNotice>) -> Markup {
     layout(
         "Log in",
         false,
         html! {
             form.login method="post" action="/admin/login" {
                 h1 { "Admin log in" }
-                @if refused {
-                    p.notice id="login-error" { "That token is not valid." }
+                @match notice {
+                    Some(LoginNotice::Refused) => {
+                        p.notice id="login-error" { "That token is not valid." }
+                    }
+                    Some(LoginNotice::Limited(seconds)) => {
+                        p.notice id="login-limited" {
+                            "Too many wrong tokens. Try again in " (seconds) " s."
+                        }
+                    }
+                    None => {}
                 }
                 label for="token" { "Admin token" }
                 input #token type="password" name="token" autocomplete="current-password" required;
@@ -295,7 +311,7 @@ mod tests {
 
     #[test]
     fn the_login_page_is_usable_on_a_phone() {
-        let page = login(false).into_string();
+        let page = login(None).into_string();
         assert!(page.contains(r#"name="viewport""#));
         assert!(page.contains("overflow-x:auto"));
     }

@@ -52,9 +52,11 @@
 mod fingerprint;
 mod key;
 mod middleware;
+mod settings;
 mod tx;
 
 pub use fingerprint::fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use middleware::{DEFAULT_MAX_BODY, Idempotency, Mismatch, Principal, TenantSource};
+pub use settings::IdempotencySettings;
 pub use tx::{IdempotentTx, TxGuard};

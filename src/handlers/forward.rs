@@ -7,6 +7,42 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// The most of a downstream's answer that is kept with the delivery. The
+/// answer is stored and replayed with every redelivery, and a downstream
+/// (or whoever answers in its place) could otherwise send without end.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The pause before the first retry; each retry doubles it...
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// ...up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// `[forwarders.NAME]`: a `forward` handler usable in `handlers = [...]`.
+/// Its `Debug` masks the URL's password: a downstream's URL may carry one.
+#[derive(Clone)]
+pub struct ForwarderSettings {
+    pub name: String,
+    pub url: String,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+impl ForwarderSettings {
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_RETRIES: u32 = 2;
+}
+
+impl std::fmt::Debug for ForwarderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwarderSettings")
+            .field("name", &self.name)
+            .field("url", &crate::secret::redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
+}
+
 pub struct Forward {
     url: String,
     timeout: Duration,
@@ -59,10 +95,52 @@ impl Forward {
         if !status.is_success() {
             return Answer::Refused(status);
         }
-        let body = response.text().await.unwrap_or_default();
-        let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
-        Answer::Accepted(json!({ "status": status.as_u16(), "body": body }))
+        match read_capped(response, MAX_ANSWER_BYTES).await {
+            Ok(Some(body)) => {
+                let body = String::from_utf8_lossy(&body);
+                let body = serde_json::from_str(&body).unwrap_or(Value::String(body.into_owned()));
+                Answer::Accepted(json!({ "status": status.as_u16(), "body": body }))
+            }
+            // The downstream accepted the event: its answer is too long to
+            // keep, not a reason to ask again.
+            Ok(None) => Answer::Accepted(json!({
+                "status": status.as_u16(),
+                "body": null,
+                "body_omitted": format!("longer than {MAX_ANSWER_BYTES} bytes"),
+            })),
+            Err(error) => Answer::Unsure(without_url(&error)),
+        }
     }
+}
+
+/// The body of `response` if it is at most `cap` bytes, read chunk by chunk;
+/// `None` as soon as it is longer, without reading the rest.
+async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > cap as u64)
+    {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > cap {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
+/// The pause before retry number `retry` (1 for the first): doubling from
+/// [`FIRST_BACKOFF`], saturating at [`MAX_BACKOFF`] however many retries
+/// are configured.
+fn backoff(retry: u32) -> Duration {
+    let factor = 2u32.saturating_pow(retry.saturating_sub(1));
+    FIRST_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
 /// reqwest's messages name the URL, which may carry credentials.
@@ -86,7 +164,7 @@ impl Handler for Forward {
         let mut last = String::new();
         for attempt in 0..=self.retries {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt - 1)).await;
+                tokio::time::sleep(backoff(attempt)).await;
             }
             match self.post(event).await {
                 Answer::Accepted(answer) => return Ok(Some(answer)),
@@ -111,5 +189,24 @@ impl Handler for Forward {
             Answer::Refused(_) => Reconciled::NotDone,
             Answer::Unsure(_) => Reconciled::Unknown,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_then_saturates_instead_of_overflowing() {
+        assert_eq!(backoff(1), Duration::from_millis(100));
+        assert_eq!(backoff(2), Duration::from_millis(200));
+        assert_eq!(backoff(3), Duration::from_millis(400));
+        assert_eq!(backoff(9), Duration::from_millis(25_600));
+        assert_eq!(backoff(10), MAX_BACKOFF);
+        // `2u32.pow(32)` overflowed (a panic in debug builds).
+        for retry in [32, 33, 64, 1_000, u32::MAX] {
+            assert_eq!(backoff(retry), MAX_BACKOFF, "{retry}");
+        }
+        assert_eq!(backoff(0), FIRST_BACKOFF);
     }
 }

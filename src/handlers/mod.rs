@@ -4,7 +4,7 @@ mod forward;
 mod payments;
 mod record;
 
-pub use forward::Forward;
+pub use forward::{Forward, ForwarderSettings};
 pub use payments::Payments;
 pub use record::Record;
 
@@ -132,7 +132,7 @@ impl Registry {
     }
 
     /// Adds a `forward` handler per `[forwarders.NAME]` table.
-    pub fn with_forwarders(mut self, forwarders: &[crate::config::ForwarderSettings]) -> Registry {
+    pub fn with_forwarders(mut self, forwarders: &[ForwarderSettings]) -> Registry {
         for f in forwarders {
             self = self.with(&f.name, Forward::new(&f.url, f.timeout, f.retries));
         }

@@ -20,7 +20,7 @@ mod retention_check;
 mod schedule;
 
 pub use policy::RetentionPolicy;
-pub use purge::{PurgeError, PurgeOptions, purge};
+pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge};
 pub use reconcile::{ReconcileReport, ReconcileTask, Reconciler, reconcile};
 pub use report::{PurgeReport, ScopeCounts};
 pub use reprocess::{ReprocessError, reprocess};

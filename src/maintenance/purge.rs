@@ -1,9 +1,41 @@
 use super::{PurgeReport, RetentionPolicy};
-use crate::config::PurgeSettings;
 use crate::store::{ExpiredKey, ExpiredKind, Expiry, Scopes, Store, StoreError};
 use chrono::{NaiveDateTime, TimeDelta};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// How the background purge deletes expired keys (`purge_interval`,
+/// `purge_batch`, `purge_pause`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeSettings {
+    /// How often the purge runs; `None` (`"0"`) disables the background task.
+    pub interval: Option<Duration>,
+    /// Rows per batch: one short transaction each.
+    pub batch: usize,
+    /// The pause between batches, so that writers queued behind a batch get
+    /// the database before the next one.
+    pub pause: Duration,
+}
+
+impl PurgeSettings {
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10 * 60);
+    pub const DEFAULT_BATCH: usize = 1000;
+    pub const DEFAULT_PAUSE: Duration = Duration::from_millis(50);
+    /// The largest batch: a batch's keys are bound into its `DELETE`
+    /// statements (SQLite allows 32766 variables), and a larger batch is a
+    /// longer transaction that ingestion waits behind.
+    pub const MAX_BATCH: usize = 10_000;
+}
+
+impl Default for PurgeSettings {
+    fn default() -> Self {
+        PurgeSettings {
+            interval: Some(Self::DEFAULT_INTERVAL),
+            batch: Self::DEFAULT_BATCH,
+            pause: Self::DEFAULT_PAUSE,
+        }
+    }
+}
 
 /// How a purge runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

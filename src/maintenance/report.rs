@@ -1,4 +1,4 @@
-use crate::config::format_duration;
+use crate::duration_text::format_duration;
 use crate::store::ExpiredKind;
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,5 +1,7 @@
-use crate::config::{Settings, format_duration};
+use super::RetentionPolicy;
+use crate::duration_text::format_duration;
 use crate::providers::RetryWindow;
+use crate::webhooks::EndpointSettings;
 use std::fmt;
 use std::time::Duration;
 
@@ -30,12 +32,14 @@ impl fmt::Display for ShortRetention {
     }
 }
 
-/// The endpoints whose retention (their own, else the global one) is
-/// shorter than their provider's documented retry window. Providers that
+/// The endpoints whose retention under `policy` is shorter than their
+/// provider's documented retry window. Providers that
 /// do not retry (GitHub) or are unknown (the generic scheme) never appear.
-pub fn short_retentions(settings: &Settings) -> Vec<ShortRetention> {
-    settings
-        .endpoints
+pub fn short_retentions(
+    endpoints: &[EndpointSettings],
+    policy: &RetentionPolicy,
+) -> Vec<ShortRetention> {
+    endpoints
         .iter()
         .filter_map(|endpoint| {
             let RetryWindow::Retries {
@@ -46,7 +50,7 @@ pub fn short_retentions(settings: &Settings) -> Vec<ShortRetention> {
             else {
                 return None;
             };
-            let retention = settings.retention_of(endpoint);
+            let retention = policy.retention_of(&endpoint.name);
             (retention < window).then(|| ShortRetention {
                 endpoint: endpoint.name.clone(),
                 provider: endpoint.provider.name(),
@@ -62,26 +66,61 @@ pub fn short_retentions(settings: &Settings) -> Vec<ShortRetention> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn settings(text: &str) -> Settings {
-        Settings::parse(text, "t.toml", &|_| None).unwrap()
-    }
+    use crate::providers::{self, HmacSpec, ProviderSpec};
+    use std::sync::Arc;
 
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const HOUR: u64 = 3600;
+
+    fn endpoint(name: &str, provider: &str, secret: &str) -> EndpointSettings {
+        let hmac = (provider == "hmac").then(|| {
+            toml::from_str::<HmacSpec>("signature_header = \"X-Sig\"\nid_body_hash = true").unwrap()
+        });
+        let spec = ProviderSpec {
+            secrets: vec![secret.to_owned()],
+            hmac,
+            ..ProviderSpec::default()
+        };
+        EndpointSettings {
+            name: name.to_owned(),
+            provider: Arc::from(providers::build(provider, &spec).unwrap()),
+            tolerance: None,
+            handlers: EndpointSettings::default_handlers(),
+            max_body_bytes: 1024,
+            retention: None,
+        }
+    }
+
+    fn policy(default_hours: u64, endpoints: &[(&str, Duration)]) -> RetentionPolicy {
+        RetentionPolicy {
+            default: Duration::from_secs(default_hours * HOUR),
+            endpoints: endpoints
+                .iter()
+                .map(|(name, retention)| (name.to_string(), *retention))
+                .collect(),
+        }
+    }
 
     #[test]
     fn a_retention_shorter_than_the_retry_window_is_named_with_both() {
-        let settings = settings(&format!(
-            "retention = \"24h\"\n\
-             [endpoints.pay]\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n\
-             [endpoints.svix]\nprovider = \"svix\"\nsecrets = [\"{SECRET}\"]\nretention = \"30h\"\n\
-             [endpoints.shop]\nprovider = \"shopify\"\nsecrets = [\"s\"]\nretention = \"1h\"\n\
-             [endpoints.gh]\nprovider = \"github\"\nsecrets = [\"s\"]\nretention = \"1m\"\n\
-             [endpoints.slack]\nprovider = \"slack\"\nsecrets = [\"s\"]\n\
-             [endpoints.acme.hmac]\nsignature_header = \"X-Sig\"\nid_body_hash = true\n\
-             [endpoints.acme]\nprovider = \"hmac\"\nsecrets = [\"s\"]\nretention = \"1s\"\n"
-        ));
-        let short = short_retentions(&settings);
+        let endpoints = [
+            endpoint("pay", "stripe", "whsec_x"),
+            endpoint("svix", "svix", SECRET),
+            endpoint("shop", "shopify", "s"),
+            endpoint("gh", "github", "s"),
+            endpoint("slack", "slack", "s"),
+            endpoint("acme", "hmac", "s"),
+        ];
+        let policy = policy(
+            24,
+            &[
+                ("svix", Duration::from_secs(30 * HOUR)),
+                ("shop", Duration::from_secs(HOUR)),
+                ("gh", Duration::from_secs(60)),
+                ("acme", Duration::from_secs(1)),
+            ],
+        );
+        let short = short_retentions(&endpoints, &policy);
         let names: Vec<&str> = short.iter().map(|s| s.endpoint.as_str()).collect();
         // Stripe's 3 days > 24 h and Shopify's 4 h > 1 h; Svix's 28 h < 30 h,
         // Slack's minutes < 24 h, GitHub does not retry, hmac is unknown.
@@ -100,10 +139,10 @@ mod tests {
 
     #[test]
     fn the_default_retention_covers_every_documented_window() {
-        let settings = settings(
-            "[endpoints.pay]\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n\
-             [endpoints.paddle]\nprovider = \"paddle\"\nsecrets = [\"pdl_x\"]\n",
-        );
-        assert_eq!(short_retentions(&settings), []);
+        let endpoints = [
+            endpoint("pay", "stripe", "whsec_x"),
+            endpoint("paddle", "paddle", "pdl_x"),
+        ];
+        assert_eq!(short_retentions(&endpoints, &policy(72, &[])), []);
     }
 }

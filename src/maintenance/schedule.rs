@@ -1,5 +1,4 @@
-use super::{PurgeOptions, PurgeReport, RetentionPolicy, purge};
-use crate::config::Settings;
+use super::{PurgeOptions, PurgeReport, PurgeSettings, RetentionPolicy, purge};
 use crate::store::Store;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -16,12 +15,16 @@ pub struct PurgeTask {
 
 impl PurgeTask {
     /// The task `settings` ask for, or `None` when `purge_interval = "0"`.
-    pub fn from_settings(settings: &Settings, store: Store) -> Option<PurgeTask> {
+    pub fn new(
+        store: Store,
+        policy: RetentionPolicy,
+        settings: &PurgeSettings,
+    ) -> Option<PurgeTask> {
         Some(PurgeTask {
             store,
-            policy: RetentionPolicy::from_settings(settings),
-            options: PurgeOptions::from_settings(&settings.purge),
-            interval: settings.purge.interval?,
+            policy,
+            options: PurgeOptions::from_settings(settings),
+            interval: settings.interval?,
         })
     }
 
@@ -67,7 +70,7 @@ fn log(report: &PurgeReport) {
             deleted = counts.total(),
             completed = counts.completed,
             abandoned = counts.abandoned,
-            retention = %crate::config::format_duration(counts.retention),
+            retention = %crate::duration_text::format_duration(counts.retention),
             "purged expired keys"
         );
     }

@@ -23,17 +23,13 @@ impl Algorithm {
     }
 }
 
-/// The HMAC of the concatenation of `parts` under `key`.
+/// The HMAC of the concatenation of `parts` under `key`. Empty if the key
+/// were refused (HMAC takes keys of any length, so it never is): an empty
+/// tag is never a valid one, see [`verify`].
 pub fn sign(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     match algorithm {
-        Algorithm::Sha256 => feed::<Hmac<Sha256>>(key, parts)
-            .finalize()
-            .into_bytes()
-            .to_vec(),
-        Algorithm::Sha512 => feed::<Hmac<Sha512>>(key, parts)
-            .finalize()
-            .into_bytes()
-            .to_vec(),
+        Algorithm::Sha256 => tag::<Hmac<Sha256>>(key, parts),
+        Algorithm::Sha512 => tag::<Hmac<Sha512>>(key, parts),
     }
 }
 
@@ -44,12 +40,8 @@ pub fn verify(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], candidate: &[u8
         return false;
     }
     match algorithm {
-        Algorithm::Sha256 => feed::<Hmac<Sha256>>(key, parts)
-            .verify_slice(candidate)
-            .is_ok(),
-        Algorithm::Sha512 => feed::<Hmac<Sha512>>(key, parts)
-            .verify_slice(candidate)
-            .is_ok(),
+        Algorithm::Sha256 => check::<Hmac<Sha256>>(key, parts, candidate),
+        Algorithm::Sha512 => check::<Hmac<Sha512>>(key, parts, candidate),
     }
 }
 
@@ -91,15 +83,23 @@ pub fn hex_candidate(text: &str) -> Option<Vec<u8>> {
     Some(hex::decode(text).unwrap_or_default())
 }
 
-fn feed<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> M {
-    // HMAC accepts keys of any length, so `new_from_slice` cannot fail; the
-    // fallback only keeps the request path free of panics.
-    let mut mac = <M as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| <M as KeyInit>::new(&Default::default()));
+/// The MAC of `parts` under `key`, or `None` when `M` refuses the key.
+/// There is no fallback key: a refused key verifies nothing (an all-zero
+/// key would let anyone who knows of the fallback sign).
+fn feed<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Option<M> {
+    let mut mac = <M as KeyInit>::new_from_slice(key).ok()?;
     for part in parts {
         mac.update(part);
     }
-    mac
+    Some(mac)
+}
+
+fn tag<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    feed::<M>(key, parts).map_or_else(Vec::new, |mac| mac.finalize().into_bytes().to_vec())
+}
+
+fn check<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]], candidate: &[u8]) -> bool {
+    feed::<M>(key, parts).is_some_and(|mac| mac.verify_slice(candidate).is_ok())
 }
 
 #[cfg(test)]
@@ -164,5 +164,57 @@ mod tests {
         assert_eq!(hex_candidate("abc"), Some(vec![]));
         assert_eq!(hex_candidate(""), Some(vec![]));
         assert_eq!(hex_candidate("0g"), None);
+    }
+
+    /// A MAC that, unlike HMAC, takes only 16-byte keys: the one way to reach
+    /// the path where a key is refused. Its tag is the key XOR-folded with
+    /// the message, which is all a test needs.
+    #[derive(Clone)]
+    struct FixedKeyMac([u8; 16]);
+
+    mod fixed_key {
+        use super::FixedKeyMac;
+        use hmac::digest::common::KeySizeUser;
+        use hmac::digest::consts::U16;
+        use hmac::digest::{FixedOutput, Key, MacMarker, Output, OutputSizeUser, Update};
+
+        impl KeySizeUser for FixedKeyMac {
+            type KeySize = U16;
+        }
+        impl hmac::KeyInit for FixedKeyMac {
+            fn new(key: &Key<Self>) -> Self {
+                let mut bytes = [0; 16];
+                bytes.copy_from_slice(key);
+                FixedKeyMac(bytes)
+            }
+        }
+        impl OutputSizeUser for FixedKeyMac {
+            type OutputSize = U16;
+        }
+        impl Update for FixedKeyMac {
+            fn update(&mut self, data: &[u8]) {
+                for (i, byte) in data.iter().enumerate() {
+                    self.0[i % 16] ^= byte;
+                }
+            }
+        }
+        impl FixedOutput for FixedKeyMac {
+            fn finalize_into(self, out: &mut Output<Self>) {
+                out.copy_from_slice(&self.0);
+            }
+        }
+        impl MacMarker for FixedKeyMac {}
+    }
+
+    #[test]
+    fn a_refused_key_signs_nothing_and_verifies_nothing_not_even_the_zero_keys_tag() {
+        // What the former fallback computed: the tag under the all-zero key.
+        let zero_key_tag = tag::<FixedKeyMac>(&[0; 16], &[DATA]);
+        assert_eq!(zero_key_tag.len(), 16);
+        assert!(check::<FixedKeyMac>(&[0; 16], &[DATA], &zero_key_tag));
+        // A key of the wrong length used to fall back to that key.
+        assert!(!check::<FixedKeyMac>(b"short", &[DATA], &zero_key_tag));
+        assert!(tag::<FixedKeyMac>(b"short", &[DATA]).is_empty());
+        assert!(!check::<FixedKeyMac>(b"short", &[DATA], &[]));
     }
 }

@@ -6,8 +6,6 @@ mod github;
 mod hmac;
 pub mod mac;
 mod paddle;
-#[cfg(test)]
-mod proptests;
 mod rejection;
 mod retry_window;
 mod secrets;

@@ -44,7 +44,10 @@ impl RetryWindow {
         match self {
             RetryWindow::Retries {
                 window, schedule, ..
-            } => format!("{} ({schedule})", crate::config::format_duration(*window)),
+            } => format!(
+                "{} ({schedule})",
+                crate::duration_text::format_duration(*window)
+            ),
             RetryWindow::NoAutomaticRetries { note, .. } => format!("none ({note})"),
             RetryWindow::Unknown => "unknown".to_owned(),
         }
@@ -139,7 +142,7 @@ mod tests {
     #[test]
     fn the_svix_schedule_adds_up_to_about_28_hours() {
         let window = retry_window_of("standard-webhooks").window().unwrap();
-        assert_eq!(crate::config::format_duration(window), "27h 35m 5s");
+        assert_eq!(crate::duration_text::format_duration(window), "27h 35m 5s");
     }
 
     #[test]

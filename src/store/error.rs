@@ -1,6 +1,15 @@
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel_async::pooled_connection::deadpool::PoolError;
 
+/// PostgreSQL's message for SQLSTATE 55P03 from `lock_timeout`...
+const LOCK_TIMEOUT: &str = "canceling statement due to lock timeout";
+/// ...and for 57014 from `statement_timeout`. diesel-async keeps only the
+/// message of a PostgreSQL error, not its SQLSTATE, and the message is in
+/// the session's `lc_messages`: every connection sets `lc_messages` to `C`
+/// where the role may, and start-up checks that it did (see
+/// `Store::check_error_language`), so these English texts are what arrives.
+const STATEMENT_TIMEOUT: &str = "canceling statement due to statement timeout";
+
 /// What can go wrong talking to the database, sorted by what the caller should
 /// do about it.
 #[derive(Debug, thiserror::Error)]
@@ -12,13 +21,20 @@ pub enum StoreError {
     /// PostgreSQL's `lock_timeout` fired: another transaction holds the row.
     #[error("timed out waiting for a row lock held by a concurrent transaction")]
     LockTimeout,
+    /// PostgreSQL's `statement_timeout` fired: the database is too slow to
+    /// answer within the budget. Transient, like an unreachable database.
+    #[error("a statement ran past the statement timeout")]
+    StatementTimeout,
     #[error(transparent)]
     Query(DieselError),
 }
 
 impl StoreError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_) | StoreError::LockTimeout)
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::LockTimeout | StoreError::StatementTimeout
+        )
     }
 }
 
@@ -29,8 +45,10 @@ impl From<DieselError> for StoreError {
         match &error {
             DieselError::DatabaseError(kind, info) => {
                 let message = info.message();
-                if message.contains("lock timeout") {
+                if message.contains(LOCK_TIMEOUT) {
                     StoreError::LockTimeout
+                } else if message.contains(STATEMENT_TIMEOUT) {
+                    StoreError::StatementTimeout
                 } else if matches!(kind, DatabaseErrorKind::ClosedConnection)
                     || message.contains("database is locked")
                     || message.contains("connection closed")

@@ -1,5 +1,5 @@
 use super::{
-    PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
+    DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
 use crate::clock::SharedClock;
 use diesel::ConnectionError;
@@ -131,7 +131,7 @@ impl Store {
                 // concurrent duplicate, and no statement runs longer than
                 // `statement_timeout`.
                 let setup = format!(
-                    "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'",
+                    "SET lock_timeout = '{}ms'; SET statement_timeout = '{}ms'; {ENGLISH_ERRORS}",
                     options.lock_wait.as_millis().max(1),
                     options.statement_timeout.as_millis().max(1)
                 );
@@ -173,6 +173,40 @@ impl Store {
 
     pub fn url(&self) -> &DatabaseUrl {
         &self.shared.url
+    }
+}
+
+/// Error messages in English for this session, where the role may set
+/// `lc_messages` (a superuser, or one granted `SET` on it): timeouts are told
+/// apart by their message (see `StoreError`), and the server's language
+/// would otherwise decide. A role that may not keeps the server's language;
+/// [`Store::check_error_language`] says so at start-up.
+const ENGLISH_ERRORS: &str = "DO $$ BEGIN SET lc_messages TO 'C'; \
+     EXCEPTION WHEN insufficient_privilege THEN NULL; END $$";
+
+/// Provokes a statement timeout, in an implicit transaction that ends with it.
+const STATEMENT_TIMEOUT_PROBE: &str = "SET LOCAL statement_timeout = '1ms'; SELECT pg_sleep(1)";
+
+impl Store {
+    /// Whether PostgreSQL's timeouts are recognised on this store's
+    /// connections: provokes a real statement timeout and classifies it.
+    /// `false` means the server answers in another language and the role may
+    /// not change it; lock and statement timeouts then answer 500 instead of
+    /// 409/503. Always `true` on SQLite, whose messages are not translated.
+    pub async fn check_error_language(&self) -> Result<bool, StoreError> {
+        let mut conn = self.conn().await?;
+        let DbConn::Pg(conn) = &mut conn else {
+            return Ok(true);
+        };
+        match conn.batch_execute(STATEMENT_TIMEOUT_PROBE).await {
+            Err(error) => match StoreError::from(error) {
+                StoreError::StatementTimeout => Ok(true),
+                StoreError::Unavailable(reason) => Err(StoreError::Unavailable(reason)),
+                _ => Ok(false),
+            },
+            // Only a server that ignores statement_timeout gets here.
+            Ok(()) => Ok(false),
+        }
     }
 }
 

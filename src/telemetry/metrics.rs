@@ -12,9 +12,11 @@
 //! The recorder is process-wide ([`install`]); until it is installed (the
 //! operator commands, unit tests) every helper is a cheap no-op.
 
+use crate::bearer;
+use crate::secret::Secret;
 use crate::store::{Backend, Store};
 use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -37,6 +39,10 @@ pub const POOL_SIZE: &str = "ir_db_pool_size";
 pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
 pub const POOL_WAITING: &str = "ir_db_pool_waiting";
 pub const REPLAY_CACHE_ENTRIES: &str = "ir_replay_cache_entries";
+pub const ADMIN_LOGIN_LIMITED: &str = "ir_admin_login_limited_total";
+
+/// The environment variable that sets `metrics_token`.
+pub const TOKEN_ENV: &str = "IR_METRICS_TOKEN";
 
 /// The Prometheus text format's content type.
 pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -188,6 +194,10 @@ fn describe() {
         REPLAY_CACHE_ENTRIES,
         "Completed keys held in memory to answer repeats without the database."
     );
+    describe_counter!(
+        ADMIN_LOGIN_LIMITED,
+        "Admin credentials refused unexamined after too many failures, by scope (address, global)."
+    );
 }
 
 fn answered(endpoint: &str, provider: &'static str, outcome: &'static str, elapsed: Duration) {
@@ -311,6 +321,12 @@ pub fn http_request(method: &'static str, route: &str, status: u16) {
     .increment(1);
 }
 
+/// An admin credential (a log-in, a bearer token) was refused without being
+/// looked at: `scope` is `address` or `global`, whichever limit was reached.
+pub fn admin_login_limited(scope: &'static str) {
+    ::metrics::counter!(ADMIN_LOGIN_LIMITED, "scope" => scope).increment(1);
+}
+
 /// Samples the pool's gauges; called when `/metrics` is scraped, so that
 /// the numbers are as fresh as the scrape.
 pub fn sample_pool(store: &Store) {
@@ -329,20 +345,100 @@ pub fn sample_pool(store: &Store) {
     ::metrics::gauge!(REPLAY_CACHE_ENTRIES).set(store.replay_cache().len() as f64);
 }
 
-/// Registers `GET /metrics`, rendering `handle` after sampling `store`'s pool.
+/// Who may scrape `/metrics`: anybody (the default), or whoever presents
+/// `metrics_token` as a bearer token. Its `Debug` never shows the token.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSettings {
+    token: Option<Secret>,
+}
+
+/// A bad `metrics_token`; the message never contains it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidMetricsSetting {
+    pub key: &'static str,
+    /// The value came from the environment rather than the file.
+    pub from_environment: bool,
+    pub message: String,
+}
+
+impl MetricsSettings {
+    /// `metrics_token` from the file; `IR_METRICS_TOKEN` replaces it.
+    pub fn parse(
+        file_token: Option<String>,
+        env: crate::environment::Env<'_>,
+    ) -> Result<MetricsSettings, InvalidMetricsSetting> {
+        let (key, from_environment, token) = match env(TOKEN_ENV) {
+            Some(token) => (TOKEN_ENV, true, Some(token)),
+            None => ("metrics_token", false, file_token),
+        };
+        let token = token
+            .map(|token| bearer::configured(&token))
+            .transpose()
+            .map_err(|message| InvalidMetricsSetting {
+                key,
+                from_environment,
+                message,
+            })?;
+        Ok(MetricsSettings { token })
+    }
+
+    /// Scrapes need `token` as a bearer token.
+    pub fn with_token(token: Secret) -> MetricsSettings {
+        MetricsSettings { token: Some(token) }
+    }
+
+    /// Whether a scrape needs a token.
+    pub fn guarded(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Whether `request` may scrape: always without a token configured,
+    /// else only with that token, compared in constant time.
+    fn allows(&self, request: &HttpRequest) -> bool {
+        match &self.token {
+            None => true,
+            Some(token) => bearer::presented(request).is_some_and(|presented| {
+                bearer::constant_time_eq(token.expose(), presented.as_bytes())
+            }),
+        }
+    }
+}
+
+/// Registers `GET /metrics`, open to anybody, rendering `handle` after
+/// sampling `store`'s pool.
 pub fn configure(store: Store, handle: PrometheusHandle) -> impl FnOnce(&mut web::ServiceConfig) {
+    configure_with(store, handle, MetricsSettings::default())
+}
+
+/// [`configure`], with access as `settings` says.
+pub fn configure_with(
+    store: Store,
+    handle: PrometheusHandle,
+    settings: MetricsSettings,
+) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        cfg.app_data(web::Data::new(Scrape { store, handle }))
-            .route("/metrics", web::get().to(scrape));
+        cfg.app_data(web::Data::new(Scrape {
+            store,
+            handle,
+            settings,
+        }))
+        .route("/metrics", web::get().to(scrape));
     }
 }
 
 struct Scrape {
     store: Store,
     handle: PrometheusHandle,
+    settings: MetricsSettings,
 }
 
-async fn scrape(scrape: web::Data<Scrape>) -> HttpResponse {
+async fn scrape(scrape: web::Data<Scrape>, request: HttpRequest) -> HttpResponse {
+    if !scrape.settings.allows(&request) {
+        return bearer::unauthorized(
+            "Bearer realm=\"metrics\"",
+            "/metrics requires the metrics token: Authorization: Bearer <token>",
+        );
+    }
     sample_pool(&scrape.store);
     HttpResponse::Ok()
         .insert_header((
@@ -350,4 +446,39 @@ async fn scrape(scrape: web::Data<Scrape>) -> HttpResponse {
             HeaderValue::from_static(CONTENT_TYPE_PROMETHEUS),
         ))
         .body(scrape.handle.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "tok_metrics_0123456789";
+
+    #[test]
+    fn without_a_token_metrics_are_open_and_the_environment_overrides_the_file() {
+        let none = |_: &str| None;
+        assert!(!MetricsSettings::parse(None, &none).unwrap().guarded());
+        let settings = MetricsSettings::parse(Some(TOKEN.into()), &none).unwrap();
+        assert!(settings.guarded());
+        assert!(!format!("{settings:?}").contains(TOKEN));
+        let env = |name: &str| (name == TOKEN_ENV).then(|| "tok_from_env_0123456789".to_owned());
+        let settings = MetricsSettings::parse(Some("short".into()), &env).unwrap();
+        assert_eq!(
+            settings.token.as_ref().map(Secret::expose),
+            Some(&b"tok_from_env_0123456789"[..])
+        );
+    }
+
+    #[test]
+    fn a_short_metrics_token_is_refused_naming_the_key_not_the_token() {
+        let none = |_: &str| None;
+        let error = MetricsSettings::parse(Some("tiny-token".into()), &none).unwrap_err();
+        assert_eq!(error.key, "metrics_token");
+        assert!(!error.from_environment);
+        assert!(!error.message.contains("tiny-token"));
+        let env = |_: &str| Some("tiny".to_owned());
+        let error = MetricsSettings::parse(None, &env).unwrap_err();
+        assert_eq!(error.key, TOKEN_ENV);
+        assert!(error.from_environment);
+    }
 }

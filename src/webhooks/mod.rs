@@ -2,8 +2,10 @@
 //! the provider's delivery id as the key, and hand the rest to the engine.
 
 mod operation;
+mod settings;
 
 pub use operation::RunHandlers;
+pub use settings::EndpointSettings;
 
 use crate::clock::SharedClock;
 use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};

@@ -288,7 +288,8 @@ async fn background_reconciler(backend: Backend) {
     let body = payment("pay_bg", 300);
     abandon(&app, "msg_bg", &body).await;
     // Its lease ended 5 s ago by the app's clock; a minute earlier it is live.
-    app.clock.set(app.clock.now() - chrono::TimeDelta::minutes(1));
+    app.clock
+        .set(app.clock.now() - chrono::TimeDelta::minutes(1));
     let live = maintenance::reconcile(&app.webhooks(), 100).await.unwrap();
     assert_eq!(live.examined, 0, "a live lease is not reconciled");
     let task = maintenance::ReconcileTask::new(app.webhooks(), Duration::from_millis(20))
@@ -531,7 +532,7 @@ async fn reprocessing(backend: Backend) {
     // Past the retention, the purge forgets the key and its history together.
     app.age_delivery("msg_bug", chrono::TimeDelta::days(4))
         .await;
-    let policy = maintenance::RetentionPolicy::from_settings(&app.settings);
+    let policy = app.settings.retention_policy();
     let options = maintenance::PurgeOptions::from_settings(&app.settings.purge);
     maintenance::purge(&app.store, &policy, &options)
         .await

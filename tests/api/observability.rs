@@ -7,8 +7,8 @@
 //! (they only grow), and per-endpoint counters use an endpoint of the
 //! test's own.
 
-use crate::both_backends;
-use crate::helpers::{Backend, SECRET, TestApp, now, payment, problem};
+use crate::helpers::{Backend, SECRET, TestApp, TestAppBuilder, now, payment, problem};
+use crate::{both_backends, both_backends_with};
 use base64::Engine as _;
 use idempotent_receiver::clock::Clock;
 use idempotent_receiver::providers::{self, Provider, ProviderSpec};
@@ -316,7 +316,7 @@ async fn metrics_count_each_kind_of_answer_with_bounded_labels_postgres() {
 
 both_backends! {
     async fn a_takeover_a_reconciliation_and_a_purge_are_counted(app) {
-        use idempotent_receiver::maintenance::{self, PurgeOptions, RetentionPolicy};
+        use idempotent_receiver::maintenance::{self, PurgeOptions};
         use idempotent_receiver::store::NewClaim;
         use sha2::{Digest, Sha256};
 
@@ -358,7 +358,7 @@ both_backends! {
         assert_eq!(app.deliver("msg_expired", &payment("pay_expired", 1)).await.status(), 200);
         app.age_delivery("msg_expired", chrono::TimeDelta::hours(100)).await;
         let options = PurgeOptions { batch: 100, pause: Duration::ZERO, dry_run: false };
-        let purged = maintenance::purge(&app.store, &RetentionPolicy::from_settings(&app.settings), &options)
+        let purged = maintenance::purge(&app.store, &app.settings.retention_policy(), &options)
             .await
             .unwrap();
         assert!(purged.total() >= 1);
@@ -416,6 +416,48 @@ both_backends! {
             let echoed = id_of(&response);
             assert!(uuid::Uuid::parse_str(&echoed).is_ok(), "{path}: {echoed}");
         }
+    }
+}
+
+const METRICS_TOKEN: &str = "tok_metrics_0123456789abcdef";
+
+fn with_metrics_token(builder: TestAppBuilder) -> TestAppBuilder {
+    builder.top_level(&format!("metrics_token = \"{METRICS_TOKEN}\""))
+}
+
+async fn get_metrics(app: &TestApp, authorization: Option<&str>) -> reqwest::Response {
+    let mut request = app.client.get(format!("{}/metrics", app.address));
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    request.send().await.expect("the receiver answers")
+}
+
+both_backends! {
+    async fn metrics_are_open_without_a_metrics_token(app) {
+        let response = get_metrics(app, None).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.text().await.unwrap().contains("ir_db_pool_max_size"));
+        // A token nobody asked for changes nothing.
+        assert_eq!(get_metrics(app, Some("Bearer whatever")).await.status(), 200);
+    }
+}
+
+both_backends_with! {with_metrics_token;
+    async fn with_a_metrics_token_a_scrape_without_it_gets_401_and_with_it_200(app) {
+        let longer = format!("Bearer {METRICS_TOKEN}x");
+        let shorter = format!("Bearer {}", &METRICS_TOKEN[..METRICS_TOKEN.len() - 1]);
+        let basic = format!("Basic {METRICS_TOKEN}");
+        for refused in [None, Some("Bearer tok_wrong_0123456789abcdef"), Some(longer.as_str()), Some(shorter.as_str()), Some(basic.as_str())] {
+            let response = get_metrics(app, refused).await;
+            let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
+            assert!(challenge.starts_with("Bearer"), "{challenge}");
+            let body = problem(response, 401, "unauthorized").await;
+            assert!(!body.to_string().contains("ir_db_pool"), "{body}");
+        }
+        let response = get_metrics(app, Some(&format!("Bearer {METRICS_TOKEN}"))).await;
+        assert_eq!(response.status(), 200);
+        assert!(response.text().await.unwrap().contains("ir_db_pool_max_size"));
     }
 }
 

@@ -8,7 +8,7 @@ use chrono::{NaiveDateTime, TimeDelta};
 use diesel::ExpressionMethods;
 use idempotent_receiver::clock::Clock;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
-use idempotent_receiver::maintenance::{PurgeOptions, PurgeReport, RetentionPolicy, purge};
+use idempotent_receiver::maintenance::{PurgeOptions, PurgeReport, purge};
 use idempotent_receiver::store::DbConn;
 use idempotent_receiver::store::schema::deliveries;
 use idempotent_receiver::with_conn;
@@ -96,13 +96,9 @@ async fn purge_app(app: &TestApp, batch: usize, dry_run: bool) -> PurgeReport {
         pause: Duration::from_millis(5),
         dry_run,
     };
-    purge(
-        &app.store,
-        &RetentionPolicy::from_settings(&app.settings),
-        &options,
-    )
-    .await
-    .expect("the purge runs")
+    purge(&app.store, &app.settings.retention_policy(), &options)
+        .await
+        .expect("the purge runs")
 }
 
 fn hours(n: i64) -> TimeDelta {
@@ -602,7 +598,7 @@ async fn measure_purge_of_many_rows_in_batches_beside_live_deliveries() {
                 pause,
                 dry_run: false,
             };
-            let policy = RetentionPolicy::from_settings(&app.settings);
+            let policy = app.settings.retention_policy();
             let purging = async {
                 let report = purge(&app.store, &policy, &options)
                     .await

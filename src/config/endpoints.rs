@@ -1,0 +1,96 @@
+use super::error::{ConfigError, Source};
+use crate::environment::Env;
+use crate::providers::{self, HmacSpec, ProviderConfigError, ProviderSpec};
+use crate::webhooks::EndpointSettings;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// `[endpoints.NAME]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEndpoint {
+    provider: String,
+    #[serde(default)]
+    secrets: Vec<String>,
+    secrets_env: Option<String>,
+    tolerance: Option<String>,
+    handlers: Option<Vec<String>>,
+    max_body_bytes: Option<usize>,
+    hmac: Option<HmacSpec>,
+    retention: Option<String>,
+}
+
+/// Every configured endpoint, its verifier built (so that a bad secret is
+/// refused now, naming the key, never echoing the secret).
+pub(super) fn parse(
+    raw: &BTreeMap<String, RawEndpoint>,
+    max_body: usize,
+    source: Source<'_>,
+    env: Env<'_>,
+) -> Result<Vec<EndpointSettings>, ConfigError> {
+    raw.iter()
+        .map(|(name, endpoint)| parse_one(name, endpoint, max_body, source, env))
+        .collect()
+}
+
+fn parse_one(
+    name: &str,
+    endpoint: &RawEndpoint,
+    max_body: usize,
+    source: Source<'_>,
+    env: Env<'_>,
+) -> Result<EndpointSettings, ConfigError> {
+    let key = |field: &str| format!("endpoints.{name}.{field}");
+    if providers::check_key(name).is_err() || name.contains('/') {
+        return Err(source.invalid(
+            &format!("endpoints.{name}"),
+            "an endpoint name must be visible ASCII without '/'",
+        ));
+    }
+    let tolerance = source.optional_duration(&key("tolerance"), endpoint.tolerance.as_ref())?;
+    let retention = source.optional_duration(&key("retention"), endpoint.retention.as_ref())?;
+    let mut secrets = endpoint.secrets.clone();
+    if let Some(var) = &endpoint.secrets_env {
+        match env(var) {
+            Some(value) => secrets.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            None if secrets.is_empty() => {
+                return Err(source.invalid(
+                    &key("secrets_env"),
+                    format!("the environment variable {var} is not set"),
+                ));
+            }
+            None => {}
+        }
+    }
+    let spec = ProviderSpec {
+        secrets,
+        tolerance,
+        hmac: endpoint.hmac.clone(),
+    };
+    let provider = providers::build(&endpoint.provider, &spec).map_err(|e| {
+        let field = match e {
+            ProviderConfigError::UnknownProvider => "provider",
+            ProviderConfigError::Invalid(_) => "hmac",
+            _ => "secrets",
+        };
+        source.invalid(&key(field), e.to_string())
+    })?;
+    Ok(EndpointSettings {
+        name: name.to_owned(),
+        provider: Arc::from(provider),
+        tolerance,
+        handlers: endpoint
+            .handlers
+            .clone()
+            .unwrap_or_else(EndpointSettings::default_handlers),
+        max_body_bytes: endpoint.max_body_bytes.unwrap_or(max_body),
+        retention,
+    })
+}

@@ -62,6 +62,7 @@ pub mod environment;
 pub mod fixtures;
 pub mod handlers;
 pub mod health;
+pub mod log_text;
 pub mod maintenance;
 pub mod payments;
 pub mod problem;

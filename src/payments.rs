@@ -1,14 +1,16 @@
 //! `POST /payments` and `GET /payments/{id}`: the showcase client route. The
 //! payment row and the key's completion commit in one transaction.
 
-use crate::client_keys::{Idempotency, IdempotentTx};
+use crate::client_keys::{Idempotency, IdempotentTx, TenantSource};
+use crate::log_text::escaped;
 use crate::problem::{FieldError, Problem};
 use crate::store::schema::payments;
 use crate::store::{Store, StoreError};
 use crate::with_conn;
+use actix_web::dev::ServiceRequest;
 use actix_web::http::StatusCode;
 use actix_web::http::header::LOCATION;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{NaiveDateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
@@ -39,17 +41,28 @@ fn rfc3339<S: serde::Serializer>(at: &NaiveDateTime, s: S) -> Result<S::Ok, S::E
     )
 }
 
-/// Mounts the routes; `idempotency` decides how keys are scoped and checked.
-pub fn configure(store: Store, idempotency: Idempotency) -> impl FnOnce(&mut web::ServiceConfig) {
+/// Mounts the routes; `idempotency` decides how keys are scoped and checked,
+/// and who may read a payment back. `max_body` is `[idempotency]
+/// max_body_bytes`: the JSON extractor gets the same limit as the
+/// middleware, instead of actix's default (2 MB for JSON, 256 KiB for raw
+/// bytes), so that the configured limit is the one in force.
+pub fn configure(
+    store: Store,
+    idempotency: Idempotency,
+    max_body: usize,
+) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
+        let tenants = web::Data::new(idempotency.tenant_source().clone());
         cfg.service(
             web::resource("/payments")
+                .app_data(web::JsonConfig::default().limit(max_body))
                 .wrap(idempotency.required())
                 .route(web::post().to(create)),
         )
         .service(
             web::resource("/payments/{id}")
                 .app_data(web::Data::new(store))
+                .app_data(tenants)
                 .route(web::get().to(show)),
         );
     }
@@ -64,7 +77,9 @@ struct NewPayment {
 }
 
 /// Validates `{order_id, amount, currency}`; every failing field is named.
-fn validate(body: &[u8]) -> Result<NewPayment, Problem> {
+/// A body that is not JSON never gets here: the extractor refuses it (400,
+/// not stored, see `problem::refuses_request`).
+fn validate(body: &Value) -> Result<NewPayment, Problem> {
     let invalid = |errors: Vec<FieldError>| {
         let mut problem = Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -75,7 +90,7 @@ fn validate(body: &[u8]) -> Result<NewPayment, Problem> {
         problem.errors = errors;
         problem
     };
-    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+    let Value::Object(fields) = body else {
         return Err(invalid(vec![FieldError {
             field: "",
             message: "the body must be a JSON object",
@@ -86,10 +101,12 @@ fn validate(body: &[u8]) -> Result<NewPayment, Problem> {
         .get("order_id")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    if order_id.is_empty() || order_id.len() > 255 {
+    // Control characters are refused on both backends alike: PostgreSQL's
+    // text cannot hold NUL (`\u0000`), where SQLite would store it.
+    if order_id.is_empty() || order_id.len() > 255 || order_id.chars().any(char::is_control) {
         errors.push(FieldError {
             field: "order_id",
-            message: "must be a string of 1 to 255 characters",
+            message: "must be a string of 1 to 255 characters, without control characters",
         });
     }
     let amount = fields
@@ -122,7 +139,7 @@ fn validate(body: &[u8]) -> Result<NewPayment, Problem> {
     }
 }
 
-async fn create(body: web::Bytes, tx: IdempotentTx) -> HttpResponse {
+async fn create(body: web::Json<Value>, tx: IdempotentTx) -> HttpResponse {
     let new = match validate(&body) {
         Ok(new) => new,
         // Produced after the handler started: stored with the key, so a
@@ -154,7 +171,7 @@ async fn create(body: web::Bytes, tx: IdempotentTx) -> HttpResponse {
             .insert_header((LOCATION, format!("/payments/{}", payment.id)))
             .json(&payment),
         Err(error) => {
-            tracing::error!(%error, "could not write the payment");
+            tracing::error!(error = %escaped(&error.to_string()), "could not write the payment");
             // A 5xx is never stored: the key is released for the retry.
             if error.is_transient() {
                 Problem::unavailable().to_response()
@@ -165,8 +182,31 @@ async fn create(body: web::Bytes, tx: IdempotentTx) -> HttpResponse {
     }
 }
 
-/// Reads a payment back. A GET takes no key; one sent is ignored.
-async fn show(id: web::Path<String>, store: web::Data<Store>) -> HttpResponse {
+/// Reads a payment back. A GET takes no key; one sent is ignored. With
+/// tenants configured, a payment is found only by the tenant it was created
+/// for (and one created without a tenant only without one), exactly as its
+/// key was scoped; another tenant's payment is not found, not forbidden, so
+/// that its existence is not told either.
+async fn show(
+    request: HttpRequest,
+    id: web::Path<String>,
+    store: web::Data<Store>,
+    tenants: web::Data<TenantSource>,
+) -> HttpResponse {
+    let not_found = || {
+        Problem::new(
+            StatusCode::NOT_FOUND,
+            "payment-not-found",
+            "Payment not found",
+            format!("no payment with id {:?}", escaped(&id)),
+        )
+        .to_response()
+    };
+    // Ids are visible ASCII (`pay_` and hex): anything else cannot be one,
+    // and a NUL would make PostgreSQL refuse the query where SQLite answers.
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return not_found();
+    }
     let found: Result<Option<Payment>, StoreError> = async {
         let mut conn = store.conn().await?;
         Ok(with_conn!(&mut conn, |c| {
@@ -179,15 +219,13 @@ async fn show(id: web::Path<String>, store: web::Data<Store>) -> HttpResponse {
         })?)
     }
     .await;
+    let visible = |payment: &Payment| match tenants.as_ref() {
+        TenantSource::None => true,
+        source => source.of(&ServiceRequest::from_request(request.clone())) == payment.tenant,
+    };
     match found {
-        Ok(Some(payment)) => HttpResponse::Ok().json(payment),
-        Ok(None) => Problem::new(
-            StatusCode::NOT_FOUND,
-            "payment-not-found",
-            "Payment not found",
-            format!("no payment with id {:?}", id.as_str()),
-        )
-        .to_response(),
+        Ok(Some(payment)) if visible(&payment) => HttpResponse::Ok().json(payment),
+        Ok(_) => not_found(),
         Err(_) => Problem::unavailable().to_response(),
     }
 }
@@ -195,14 +233,18 @@ async fn show(id: web::Path<String>, store: web::Data<Store>) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_invalid_field_is_named() {
-        let problem = validate(br#"{"order_id":"","amount":12.5,"currency":"eur"}"#).unwrap_err();
+        let problem = validate(&json!({"order_id":"","amount":12.5,"currency":"eur"})).unwrap_err();
         let fields: Vec<_> = problem.errors.iter().map(|e| e.field).collect();
         assert_eq!(fields, ["order_id", "amount", "currency"]);
         assert_eq!(problem.status, 422);
-        assert!(validate(b"[1]").is_err());
-        assert!(validate(br#"{"order_id":"o1","amount":100,"currency":"EUR"}"#).is_ok());
+        assert!(validate(&json!([1])).is_err());
+        assert!(validate(&json!({"order_id":"o1","amount":100,"currency":"EUR"})).is_ok());
+        let nul =
+            validate(&json!({"order_id":"o\u{0}1","amount":100,"currency":"EUR"})).unwrap_err();
+        assert_eq!(nul.errors[0].field, "order_id");
     }
 }

@@ -1,6 +1,7 @@
 //! Turns what the engine decided into an HTTP answer. Shared by every face.
 
 use crate::engine::{EngineError, Outcome};
+use crate::log_text::escaped;
 use crate::problem::Problem;
 use crate::store::StoredResponse;
 use actix_web::HttpResponse;
@@ -47,7 +48,9 @@ pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
             Problem::in_progress(Duration::from_secs(1)).to_response()
         }
         Err(error) => {
-            tracing::error!(error = %error, "processing failed; the key was released");
+            // A handler's error may quote the event or a downstream answer.
+            let error = error.to_string();
+            tracing::error!(error = %escaped(&error), "processing failed; the key was released");
             Problem::processing_failed().to_response()
         }
     }

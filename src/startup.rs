@@ -9,6 +9,7 @@ use crate::handlers::Registry;
 use crate::health;
 use crate::maintenance::{PurgeTask, ReconcileTask, short_retentions};
 use crate::payments;
+use crate::problem;
 use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
 use crate::telemetry::{self, request_id::RequestIds};
 use crate::webhooks::{Endpoint, Webhooks};
@@ -203,9 +204,13 @@ impl Application {
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
+        let payments_body = settings.idempotency.max_body_bytes;
         let metrics_settings = settings.metrics.clone();
         let mut server = HttpServer::new(move || {
             App::new()
+                // The framework's own errors (extractors, 404, 405) as
+                // problem+json, like every other refusal.
+                .wrap(problem::framework_errors())
                 // Outermost: every answer, a 404 or an inner middleware's
                 // error included, carries the request id.
                 .wrap(RequestIds)
@@ -223,6 +228,7 @@ impl Application {
                 .configure(payments::configure(
                     health_store.clone(),
                     idempotency.clone(),
+                    payments_body,
                 ))
                 .configure(health::configure(health_store.clone()))
                 .configure(|cfg| extra(cfg))

@@ -94,6 +94,19 @@ impl Idempotency {
         self.max_body = bytes;
         self
     }
+
+    /// Where tenants come from, for routes that read back what a keyed
+    /// route created: they scope by it exactly as keys are scoped.
+    pub fn tenant_source(&self) -> &TenantSource {
+        &self.tenant
+    }
+}
+
+impl TenantSource {
+    /// The tenant `req` belongs to, read as for its key's scope.
+    pub fn of(&self, req: &ServiceRequest) -> Option<String> {
+        tenant_of(self, req)
+    }
 }
 
 impl<S, B> Transform<S, ServiceRequest> for Idempotency
@@ -294,7 +307,11 @@ where
     B: MessageBody + 'static,
 {
     let status = response.status();
-    if status.is_server_error() {
+    // A refusal of the request itself (a body too large, not JSON, of
+    // another content type: an extractor's error, see
+    // `problem::refuses_request`) says nothing about the operation: like a
+    // 5xx it is not stored, so the corrected request can use the key.
+    if status.is_server_error() || crate::problem::refuses_request(response.response()) {
         unit.release().await;
         return (Ok(response.map_into_boxed_body()), "released");
     }

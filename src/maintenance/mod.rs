@@ -33,7 +33,7 @@ use crate::webhooks::Endpoint;
 
 /// The verified event a stored delivery was claimed with.
 fn event_of(endpoint: &Endpoint, row: &DeliveryRow, body: Vec<u8>) -> Option<Event> {
-    let payload = serde_json::from_slice(&body).ok()?;
+    let payload = crate::webhooks::parse_payload(&body).ok()?;
     Some(Event {
         endpoint: row.endpoint.clone(),
         provider: endpoint.provider.name(),

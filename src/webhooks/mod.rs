@@ -2,14 +2,17 @@
 //! the provider's delivery id as the key, and hand the rest to the engine.
 
 mod operation;
+mod payload;
 mod settings;
 
 pub use operation::RunHandlers;
+pub use payload::{NUL_REPLACEMENT, parse_payload};
 pub use settings::EndpointSettings;
 
 use crate::clock::SharedClock;
 use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::handlers::{Event, Handler};
+use crate::log_text::escaped;
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
 use crate::reply;
@@ -19,12 +22,11 @@ use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::Instrument;
+use tracing::{Instrument, field};
 
 /// The default body limit of an endpoint: 1 MiB, checked before hashing.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -88,10 +90,13 @@ impl Webhooks {
     }
 }
 
+// The endpoint segment is the caller's text, percent-decoded: a newline or
+// an ESC in it would forge or recolour log lines, so it is logged escaped
+// and capped like every other field taken from a request.
 #[tracing::instrument(
     name = "webhook",
     skip_all,
-    fields(endpoint = %path, delivery_id, event_type, outcome, reason, duration_ms)
+    fields(endpoint = %escaped(&path), delivery_id, event_type, outcome, reason, duration_ms)
 )]
 async fn receive(
     request: HttpRequest,
@@ -109,7 +114,7 @@ async fn receive(
     span.record("duration_ms", millis(started.elapsed()));
     let status = answered.response.status().as_u16();
     match &answered.detail {
-        Some(detail) => tracing::info!(status, %detail, "delivery answered"),
+        Some(detail) => tracing::info!(status, detail = %escaped(detail), "delivery answered"),
         None => tracing::info!(status, "delivery answered"),
     }
     // This line is the request's info line; the request's own closing line
@@ -180,8 +185,13 @@ async fn answer(
     };
     metrics::delivery_verified(&endpoint.name, provider);
     let span = tracing::Span::current();
-    span.record("delivery_id", claim.key.as_str());
-    span.record("event_type", claim.event_type.as_deref().unwrap_or(""));
+    // A delivery id is visible ASCII (`check_key`), but the event type is
+    // any string of the sender's body.
+    span.record("delivery_id", field::display(escaped(&claim.key)));
+    span.record(
+        "event_type",
+        field::display(escaped(claim.event_type.as_deref().unwrap_or(""))),
+    );
 
     let engine = webhooks.engine().clone();
     let result = match engine.answer_from_cache(&claim) {
@@ -266,7 +276,8 @@ fn verify(
     };
     let verified = endpoint.provider.verify(&signed, now)?;
     tracing::debug!(secret_index = verified.secret_index, "signature verified");
-    let payload: Value = serde_json::from_slice(&body).map_err(|_| Rejection::MalformedBody)?;
+    // NUL-free, so that both backends store what handlers read from it.
+    let payload = parse_payload(&body).map_err(|_| Rejection::MalformedBody)?;
     let delivery_id = endpoint.provider.delivery_id(&signed, &payload)?;
     let event_type = endpoint.provider.event_type(&signed, &payload);
     let fingerprint = hex::encode(Sha256::digest(&body));

@@ -5,6 +5,7 @@
 use super::Endpoint;
 use crate::engine::{Operation, OperationError};
 use crate::handlers::{Event, HandlerError};
+use crate::log_text::escaped;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
 use crate::store::{Claimed, DbConn, StoredResponse};
 use actix_web::http::StatusCode;
@@ -48,7 +49,8 @@ impl RunHandlers {
     fn failure(&self, handler: &str, error: HandlerError) -> OperationError {
         match error {
             HandlerError::Rejected(detail) => {
-                tracing::warn!(%handler, %detail, "event rejected");
+                // A handler's words may quote the event: escaped, capped.
+                tracing::warn!(%handler, detail = %escaped(&detail), "event rejected");
                 let problem = Problem::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "event-rejected",
@@ -64,7 +66,7 @@ impl RunHandlers {
             }
             HandlerError::Database(e) => OperationError::Store(e),
             HandlerError::Failed(e) => {
-                tracing::warn!(%handler, error = %e, "handler failed");
+                tracing::warn!(%handler, error = %escaped(&e.to_string()), "handler failed");
                 OperationError::Failed(e)
             }
         }

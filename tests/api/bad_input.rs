@@ -1,6 +1,8 @@
 use crate::both_backends;
 use crate::helpers::{TestApp, now, payment, problem};
 use base64::Engine as _;
+use idempotent_receiver::webhooks::NUL_REPLACEMENT;
+use idempotent_receiver::with_conn;
 
 /// Posts `headers` + `body` and asserts the status, the problem type, and
 /// that nothing at all was stored.
@@ -103,5 +105,70 @@ both_backends! {
         let long = "m".repeat(256);
         let headers = app.signed_headers(&long, now(), &body);
         assert_refused(app, headers, body, 400, "invalid-key").await;
+    }
+}
+
+/// The event type recorded for `id` (the `record` handler's row) and the
+/// order id of its ledger row, if any.
+async fn recorded(app: &TestApp, id: &str) -> (Option<String>, Option<String>) {
+    use diesel::{ExpressionMethods, OptionalExtension, QueryDsl};
+    use diesel_async::RunQueryDsl;
+    use idempotent_receiver::store::schema::{events, ledger_entries};
+    let mut conn = app.store.conn().await.expect("a connection");
+    let event_type: Option<String> = with_conn!(&mut conn, |c| {
+        events::table
+            .filter(events::delivery_id.eq(id))
+            .select(events::event_type)
+            .first(c)
+            .await
+    })
+    .expect("the event was recorded");
+    let order_id: Option<Option<String>> = with_conn!(&mut conn, |c| {
+        ledger_entries::table
+            .filter(ledger_entries::delivery_id.eq(id))
+            .select(ledger_entries::order_id)
+            .first(c)
+            .await
+            .optional()
+    })
+    .expect("the ledger query runs");
+    (event_type, order_id.flatten())
+}
+
+both_backends! {
+    async fn a_nul_in_a_signed_event_type_is_stored_replaced_and_replayed(app) {
+        // `\u0000` in the JSON text: what a provider would send.
+        let body = br#"{"type":"order.\u0000created","data":{"id":"x"}}"#.to_vec();
+        let first = app.deliver("msg_nul_type", &body).await;
+        assert_eq!(first.status(), 200, "{}", first.text().await.unwrap());
+        let again = app.deliver("msg_nul_type", &body).await;
+        assert_eq!(again.status(), 200);
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        let replaced = format!("order.{NUL_REPLACEMENT}created");
+        assert_eq!(recorded(app, "msg_nul_type").await.0.as_deref(), Some(replaced.as_str()));
+        let row = app.delivery("msg_nul_type").await.expect("the key is stored");
+        assert_eq!(row.event_type.as_deref(), Some(replaced.as_str()));
+    }
+}
+
+both_backends! {
+    async fn a_nul_in_a_signed_order_id_is_booked_replaced_once(app) {
+        let body = br#"{"type":"payment.succeeded","data":{"id":"pay_nul","order_id":"ord\u0000_1","amount":100,"currency":"EUR"}}"#.to_vec();
+        for _ in 0..2 {
+            let answer = app.deliver("msg_nul_order", &body).await;
+            assert_eq!(answer.status(), 200, "{}", answer.text().await.unwrap());
+        }
+        let replaced = format!("ord{NUL_REPLACEMENT}_1");
+        assert_eq!(recorded(app, "msg_nul_order").await.1.as_deref(), Some(replaced.as_str()));
+        assert_eq!(app.ledger_rows().await, 1);
+    }
+}
+
+both_backends! {
+    async fn the_frameworks_own_404_and_405_are_problems(app) {
+        let unrouted = app.client.get(format!("{}/no/such/route", app.address)).send().await.unwrap();
+        problem(unrouted, 404, "not-found").await;
+        let wrong_method = app.client.get(format!("{}/payments", app.address)).send().await.unwrap();
+        problem(wrong_method, 405, "method-not-allowed").await;
     }
 }

@@ -462,7 +462,7 @@ both_backends_with! {with_metrics_token;
 }
 
 /// A `serve` process whose stdout and stderr go to files, killed on drop.
-struct Served {
+pub(crate) struct Served {
     child: Child,
     stdout: PathBuf,
     stderr: PathBuf,
@@ -471,7 +471,7 @@ struct Served {
 impl Served {
     /// Starts `serve` in `dir` with `args` before the command and `env`
     /// on top of a clean environment, and waits until it is ready.
-    async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
+    pub(crate) async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -515,7 +515,7 @@ impl Served {
         (served, listen)
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
@@ -524,7 +524,7 @@ impl Served {
     }
 
     /// Stops the process; what it wrote stays in the files.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -536,7 +536,7 @@ impl Drop for Served {
     }
 }
 
-fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
+pub(crate) fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
     providers::build(
         name,
         &ProviderSpec {
@@ -548,7 +548,7 @@ fn provider(name: &str, secret: &str) -> Box<dyn Provider> {
 }
 
 /// Posts `body` to `url`, signed by `provider` as `id`, with `extra` headers.
-async fn post_signed(
+pub(crate) async fn post_signed(
     url: &str,
     provider: &dyn Provider,
     id: &str,
@@ -579,16 +579,22 @@ async fn post_raw(
     request.send().await.unwrap()
 }
 
-#[tokio::test]
-async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("receiver.toml");
+/// Writes a configuration with one endpoint, `shop` (Standard Webhooks,
+/// the test secret), into `dir`, and returns its path.
+pub(crate) fn shop_config(dir: &Path) -> String {
+    let config = dir.join("receiver.toml");
     std::fs::write(
         &config,
         format!("[endpoints.shop]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\n"),
     )
     .unwrap();
-    let config = config.to_string_lossy().to_string();
+    config.to_string_lossy().to_string()
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = shop_config(dir.path());
     let (mut served, listen) = Served::start(
         dir.path(),
         &["--config", &config, "--log-format", "json"],

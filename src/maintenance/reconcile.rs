@@ -182,6 +182,9 @@ impl Reconciler {
 async fn reconcile_loop(task: ReconcileTask, mut stopped: tokio::sync::oneshot::Receiver<()>) {
     loop {
         tokio::select! {
+            // First: a runtime that shuts down drops the handle before it
+            // stops its timers.
+            biased;
             // A stop, or the handle dropped.
             _ = &mut stopped => return,
             () = tokio::time::sleep(task.interval) => {}

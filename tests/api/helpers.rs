@@ -11,7 +11,7 @@ use idempotent_receiver::handlers::{Handler, Registry};
 use idempotent_receiver::providers::Provider;
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::store::schema::deliveries;
-use idempotent_receiver::store::{DeliveryRow, Store, StoreOptions};
+use idempotent_receiver::store::{DatabaseUrl, DeliveryRow, Store, StoreOptions};
 use idempotent_receiver::with_conn;
 use std::io::Write;
 use std::sync::{Arc, Once};
@@ -353,17 +353,18 @@ impl TestApp {
     pub async fn age_delivery(&self, id: &str, by: chrono::TimeDelta) {
         self.age_key(ENDPOINT, id, by).await;
     }
+}
 
-    /// What must hold after every test: no effect twice, and no key of the
-    /// receiver's own left in progress.
-    async fn check_invariants(&self) -> Result<(), String> {
-        #[derive(QueryableByName)]
-        struct Dup {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            n: i64,
-        }
-        let mut conn = self.store.conn().await.map_err(|e| e.to_string())?;
-        let doubled: Vec<Dup> = with_conn!(&mut conn, |c| {
+/// What must hold after every test: no effect twice, and no key of the
+/// receiver's own left in progress.
+async fn check_invariants(store: &Store) -> Result<(), String> {
+    #[derive(QueryableByName)]
+    struct Dup {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut conn = store.conn().await.map_err(|e| e.to_string())?;
+    let doubled: Vec<Dup> = with_conn!(&mut conn, |c| {
             diesel::sql_query(
                 "SELECT COUNT(*) AS n FROM ledger_entries GROUP BY endpoint, delivery_id HAVING COUNT(*) > 1",
             )
@@ -371,36 +372,37 @@ impl TestApp {
             .await
         })
         .map_err(|e| format!("the invariant query fails: {e}"))?;
-        if !doubled.is_empty() {
-            return Err(format!(
-                "a delivery had {:?} ledger effects",
-                doubled.iter().map(|d| d.n).collect::<Vec<_>>()
-            ));
-        }
-        // Claims are taken and completed in one transaction: none of the
-        // receiver's own may be left in progress (tests plant `pid1-dead`).
-        let stuck: i64 = with_conn!(&mut conn, |c| {
-            deliveries::table
-                .filter(deliveries::status.eq("in_progress"))
-                .filter(deliveries::lease_owner.ne("pid1-dead/0000"))
-                .count()
-                .get_result(c)
-                .await
-        })
-        .map_err(|e| format!("the invariant query fails: {e}"))?;
-        if stuck != 0 {
-            return Err("a key was left in progress".into());
-        }
-        Ok(())
+    if !doubled.is_empty() {
+        return Err(format!(
+            "a delivery had {:?} ledger effects",
+            doubled.iter().map(|d| d.n).collect::<Vec<_>>()
+        ));
     }
+    // Claims are taken and completed in one transaction: none of the
+    // receiver's own may be left in progress (tests plant `pid1-dead`).
+    let stuck: i64 = with_conn!(&mut conn, |c| {
+        deliveries::table
+            .filter(deliveries::status.eq("in_progress"))
+            .filter(deliveries::lease_owner.ne("pid1-dead/0000"))
+            .count()
+            .get_result(c)
+            .await
+    })
+    .map_err(|e| format!("the invariant query fails: {e}"))?;
+    if stuck != 0 {
+        return Err("a key was left in progress".into());
+    }
+    Ok(())
+}
 
-    /// Checks the invariants (unless the test already failed), stops the
-    /// server and its background tasks, and drops the PostgreSQL schema;
-    /// the SQLite file goes with its folder. A failed check is returned
-    /// after the cleanup, so that a failing test leaves nothing behind.
+/// Checks the invariants (unless the test already failed), stops the
+/// server and its background tasks, and drops the PostgreSQL schema;
+/// the SQLite file goes with its folder. A failed check is returned
+/// after the cleanup, so that a failing test leaves nothing behind.
+impl TestApp {
     async fn shut_down(&mut self, check: bool) -> Result<(), String> {
         let checked = if check && !matches!(self.isolation, Isolation::Given) {
-            self.check_invariants().await
+            check_invariants(&self.store).await
         } else {
             Ok(())
         };
@@ -415,6 +417,47 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// [`TestApp::shut_down`] for an app on a current-thread runtime, which
+    /// this drop blocks: the server is told to stop and ends with that
+    /// runtime, and the checks and the schema's drop run on a thread of
+    /// their own, over connections of their own (the pool's may belong to
+    /// the blocked runtime).
+    fn shut_down_apart(&mut self, check: bool) -> Result<(), String> {
+        drop(self.server.stop(false));
+        let url = self.database_url.clone();
+        let check = check && !matches!(self.isolation, Isolation::Given);
+        let schema = match &self.isolation {
+            Isolation::Postgres { schema } => Some(schema.clone()),
+            _ => None,
+        };
+        let apart = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let checked = match check {
+                    true => {
+                        let url = DatabaseUrl::parse(&url)?;
+                        let store = Store::connect(&url, &StoreOptions::default())
+                            .map_err(|e| e.to_string())?;
+                        check_invariants(&store).await
+                    }
+                    false => Ok(()),
+                };
+                if let Some(schema) = schema {
+                    test_schema::drop(&schema).await;
+                }
+                checked
+            })
+        });
+        apart
+            .join()
+            .unwrap_or_else(|_| Err("the teardown's thread panicked".into()))
+    }
+}
+
 /// The teardown runs even when the test panics; its invariant checks only
 /// when the test passed so far (a second panic while unwinding would abort
 /// the whole test binary).
@@ -424,15 +467,12 @@ impl Drop for TestApp {
         let runtime = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let Some(runtime) = runtime else {
-            // The server's task lives on the test's runtime: without a
-            // multi-threaded one to block on, it cannot be stopped here.
-            if check {
-                panic!("a TestApp must live on a multi-threaded tokio runtime");
+        let result = match runtime {
+            Some(runtime) => {
+                tokio::task::block_in_place(|| runtime.block_on(self.shut_down(check)))
             }
-            return;
+            None => self.shut_down_apart(check),
         };
-        let result = tokio::task::block_in_place(|| runtime.block_on(self.shut_down(check)));
         if let Err(broken) = result {
             panic!("{broken}");
         }

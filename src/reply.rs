@@ -6,7 +6,7 @@ use crate::problem::Problem;
 use crate::store::StoredResponse;
 use actix_web::HttpResponse;
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, LOCATION};
+use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue, LOCATION};
 use std::time::Duration;
 
 /// Set on every answer that comes from the store rather than from running the
@@ -16,7 +16,7 @@ pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 /// A short name of an outcome, for logs and spans.
 pub fn outcome_name(result: &Result<Outcome, EngineError>) -> &'static str {
     match result {
-        Ok(Outcome::Processed(_)) => "processed",
+        Ok(Outcome::Fresh(_)) => "processed",
         Ok(Outcome::Replayed(_)) => "replayed",
         Ok(Outcome::InProgress { .. }) => "in_progress",
         Ok(Outcome::Mismatch) => "key_reused",
@@ -26,14 +26,16 @@ pub fn outcome_name(result: &Result<Outcome, EngineError>) -> &'static str {
     }
 }
 
+/// The one renderer of a stored answer: every face answers through it, so a
+/// replay is byte for byte what the first request got.
 pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
     match result {
-        Ok(Outcome::Processed(stored)) => stored_response(&stored),
+        Ok(Outcome::Fresh(stored)) => stored_response(stored),
         Ok(Outcome::Replayed(stored)) => {
-            let mut response = stored_response(&stored);
+            let mut response = stored_response(stored);
             response.headers_mut().insert(
-                actix_web::http::header::HeaderName::from_static("idempotent-replayed"),
-                actix_web::http::header::HeaderValue::from_static("true"),
+                HeaderName::from_static("idempotent-replayed"),
+                HeaderValue::from_static("true"),
             );
             response
         }
@@ -57,13 +59,40 @@ pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
 }
 
 /// A stored answer, as it was first given: status, content type, `Location`
-/// and body.
-pub fn stored_response(stored: &StoredResponse) -> HttpResponse {
+/// and body (shared with the store's copy, not copied).
+fn stored_response(stored: StoredResponse) -> HttpResponse {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
     response.insert_header((CONTENT_TYPE, stored.content_type.as_str()));
     if let Some(location) = &stored.location {
         response.insert_header((LOCATION, location.as_str()));
     }
-    response.body(stored.body.clone())
+    response.body(stored.body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::MessageBody;
+
+    #[test]
+    fn a_replay_hands_the_stored_bytes_to_the_body_without_copying_them() {
+        let body = bytes::Bytes::from(vec![b'x'; 4096]);
+        let stored = StoredResponse {
+            status: 201,
+            content_type: "application/json".into(),
+            body: body.clone(),
+            location: Some("/payments/pay_1".into()),
+        };
+        let response = respond(Ok(Outcome::Replayed(stored)));
+        assert_eq!(response.status(), 201);
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+        assert_eq!(header(REPLAYED_HEADER), Some("true"));
+        assert_eq!(header(LOCATION.as_str()), Some("/payments/pay_1"));
+        let sent = response
+            .into_body()
+            .try_into_bytes()
+            .unwrap_or_else(|_| panic!("the body is the stored bytes"));
+        assert_eq!(sent.as_ptr(), body.as_ptr(), "the same bytes, not a copy");
+    }
 }

@@ -1,7 +1,7 @@
 use super::fingerprint::fingerprint;
 use super::key::{self, KeyError};
 use super::tx::{Slot, Unit};
-use crate::engine::{Claim, ClaimRequest, Engine, EngineError, Outcome};
+use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::problem::Problem;
 use crate::reply;
 use crate::store::StoredResponse;
@@ -237,23 +237,17 @@ where
                     payload: None,
                 })
                 .await;
-            match claim {
-                Ok(Claim::Fresh(pending)) => Unit::Keyed(pending),
-                Ok(Claim::Replay(stored)) => {
-                    let mut response = reply::stored_response(&stored);
-                    response.headers_mut().insert(
-                        HeaderName::from_static("idempotent-replayed"),
-                        actix_web::http::header::HeaderValue::from_static("true"),
-                    );
-                    return (Ok(req.into_response(response)), Some("replayed"));
-                }
-                Ok(Claim::InProgress { retry_after }) => {
-                    return refuse(req, Problem::in_progress(retry_after), "in_progress");
-                }
-                Ok(Claim::Mismatch) => {
+            let claim = match claim {
+                Ok(claim) => claim,
+                Err(error) => return engine_error(req, error),
+            };
+            match claim.fresh() {
+                Ok(pending) => Unit::Keyed(pending),
+                // A reused key's status is this route's to choose.
+                Err(Outcome::Mismatch) => {
                     return refuse(req, mismatch_problem(config.mismatch), "key_reused");
                 }
-                Err(error) => return engine_error(req, error),
+                Err(answer) => return answered(req, Ok(answer)),
             }
         }
     };
@@ -290,11 +284,15 @@ where
     (result, Some(outcome))
 }
 
-/// The answer to a failed claim or transaction, and its outcome's name.
-fn engine_error(req: ServiceRequest, error: EngineError) -> Handled {
-    let result = Err(error);
+/// The engine's answer (a replay, a busy key, a failed claim or
+/// transaction), and its outcome's name.
+fn answered(req: ServiceRequest, result: Result<Outcome, EngineError>) -> Handled {
     let outcome = reply::outcome_name(&result);
     (Ok(req.into_response(reply::respond(result))), Some(outcome))
+}
+
+fn engine_error(req: ServiceRequest, error: EngineError) -> Handled {
+    answered(req, Err(error))
 }
 
 /// Stores the handler's answer with the key and commits, or, for a 5xx,
@@ -339,7 +337,7 @@ where
     let stored = StoredResponse {
         status: status.as_u16(),
         content_type: header(CONTENT_TYPE).unwrap_or_default(),
-        body: body.to_vec(),
+        body: body.clone(),
         location: header(LOCATION),
     };
     match unit.finish(&stored).await {

@@ -1,23 +1,11 @@
-use super::{EngineError, OperationError};
-use crate::store::{Claimed, DbConn, Store, StoredResponse, Transaction};
+use super::{EngineError, Operation, OperationError, Outcome};
+use crate::store::{Claimed, DbConn, Store, StoreError, StoredResponse, Transaction};
 use chrono::{NaiveDateTime, TimeDelta};
 use std::time::Duration;
 
-/// What a request for a key gets from [`super::Engine::claim`].
-// `Fresh` is the large variant and the common one for new work: boxing it
-// would allocate once per claim to save moving a few hundred bytes.
-#[allow(clippy::large_enum_variant)]
-pub enum Claim {
-    /// The key is this request's to run: write through [`Pending::conn`],
-    /// then [`Pending::complete`] or [`Pending::release`].
-    Fresh(Pending),
-    /// The key was completed: the stored response, unchanged.
-    Replay(StoredResponse),
-    /// Another attempt holds the key beyond the bounded wait.
-    InProgress { retry_after: Duration },
-    /// The key was used with a different payload.
-    Mismatch,
-}
+/// What a request for a key gets from [`super::Engine::claim`]: the key to
+/// run under ([`Outcome::Fresh`]), or an answer that runs nothing.
+pub type Claim = Outcome<Pending>;
 
 /// A claimed key with its transaction open. The claim row, the caller's
 /// writes and the completion commit together in [`Pending::complete`]; a
@@ -28,13 +16,28 @@ pub struct Pending {
     lease: Lease,
 }
 
-/// A claim without an open transaction: committed `in_progress` under a
-/// lease that only its owner may complete, renew or release.
+/// A claim without an open transaction: committed under a lease that only
+/// its owner may complete, renew or release.
 pub struct Lease {
     store: Store,
     scope: String,
     claimed: Claimed,
     remembered: Remembered,
+    purpose: Purpose,
+}
+
+/// Why a key is held. It decides what completing and releasing it write,
+/// so that every caller goes through the same fenced steps.
+#[derive(Debug, Clone)]
+pub(super) enum Purpose {
+    /// A request's claim on an `in_progress` row: released, the row goes.
+    Claim,
+    /// The reconciler's takeover of an abandoned claim: as a claim, and its
+    /// completion is recorded in the key's history.
+    Reconcile,
+    /// An operator runs a stored key again: its completion replaces the
+    /// answer; released, the key is left as it was before.
+    Reprocess { actor: String },
 }
 
 /// What the replay cache needs of a key besides its answer, so that a
@@ -46,22 +49,8 @@ pub(super) struct Remembered {
 }
 
 impl Pending {
-    pub(super) fn new(
-        tx: Transaction,
-        store: Store,
-        scope: String,
-        claimed: Claimed,
-        remembered: Remembered,
-    ) -> Pending {
-        Pending {
-            tx,
-            lease: Lease {
-                store,
-                scope,
-                claimed,
-                remembered,
-            },
-        }
+    pub(super) fn new(tx: Transaction, lease: Lease) -> Pending {
+        Pending { tx, lease }
     }
 
     /// Commits the claim alone, so that its lease is visible to every other
@@ -90,17 +79,7 @@ impl Pending {
     /// if the claim was taken over meanwhile, everything is rolled back and
     /// [`EngineError::LeaseLost`] returned.
     pub async fn complete(mut self, response: &StoredResponse) -> Result<(), EngineError> {
-        let completed = self
-            .tx
-            .conn()
-            .complete_delivery(
-                &self.lease.scope,
-                &self.lease.claimed.delivery_id,
-                &self.lease.claimed.lease_owner,
-                response,
-                self.lease.store.clock().naive_now(),
-            )
-            .await;
+        let completed = self.lease.write_completion(self.tx.conn(), response).await;
         match completed {
             Ok(true) => {
                 self.tx.commit().await?;
@@ -133,6 +112,27 @@ impl Pending {
 }
 
 impl Lease {
+    pub(super) fn new(
+        store: Store,
+        scope: String,
+        claimed: Claimed,
+        remembered: Remembered,
+        purpose: Purpose,
+    ) -> Lease {
+        Lease {
+            store,
+            scope,
+            claimed,
+            remembered,
+            purpose,
+        }
+    }
+
+    pub(super) fn with_purpose(mut self, purpose: Purpose) -> Lease {
+        self.purpose = purpose;
+        self
+    }
+
     pub fn claimed(&self) -> &Claimed {
         &self.claimed
     }
@@ -141,6 +141,27 @@ impl Lease {
     pub async fn begin(self) -> Result<Pending, EngineError> {
         let tx = self.store.begin().await?;
         Ok(Pending { tx, lease: self })
+    }
+
+    /// The second phase of work outside the database: `operation`'s
+    /// database writes and the completion in one transaction, fenced by this
+    /// lease. A failure ends the lease (see [`Lease::fail`]); a final
+    /// refusal is stored, and answered, like any answer.
+    pub async fn finish(self, operation: &dyn Operation) -> Result<Outcome, EngineError> {
+        let mut pending = self.begin().await?;
+        let claimed = pending.claimed().clone();
+        match operation.run(pending.conn(), &claimed).await {
+            Ok(response) => {
+                pending.complete(&response).await?;
+                Ok(Outcome::Fresh(response))
+            }
+            Err(error) => pending.into_lease().await.fail(error).await,
+        }
+    }
+
+    /// Now, by the store's clock.
+    fn now(&self) -> NaiveDateTime {
+        self.store.clock().naive_now()
     }
 
     /// Renews the lease every third of its length until the returned task is
@@ -178,17 +199,11 @@ impl Lease {
     /// Ends the claim after its work failed: a final refusal is stored as the
     /// key's answer; anything else releases the key for the next attempt and
     /// records why in the key's history.
-    pub async fn fail(self, error: OperationError) -> EngineError {
+    pub async fn fail(self, error: OperationError) -> Result<Outcome, EngineError> {
         let (failure, detail) = match error {
             OperationError::Rejected(response) => {
-                let result = match self.begin().await {
-                    Ok(pending) => pending.complete(&response).await,
-                    Err(e) => Err(e),
-                };
-                return match result {
-                    Ok(()) => EngineError::Rejected(response),
-                    Err(e) => e,
-                };
+                self.begin().await?.complete(&response).await?;
+                return Ok(Outcome::Fresh(response));
             }
             OperationError::Store(e) => {
                 let detail = e.to_string();
@@ -202,33 +217,75 @@ impl Lease {
         if let Err(error) = self.release(Some(&detail)).await {
             tracing::warn!(%error, "could not release a failed claim; it will expire");
         }
-        failure
+        Err(failure)
     }
 
-    /// Deletes the claim (fenced by its owner), so the key is free again.
+    /// Gives the key up, fenced by its owner: a claim is deleted, so the key
+    /// is free again; a reprocessed key keeps its earlier answer. Either way
+    /// the key's history says so.
     pub async fn release(self, reason: Option<&str>) -> Result<(), EngineError> {
         let mut tx = self.store.begin().await?;
         let conn = tx.conn();
-        let released = conn
-            .release_claim(
-                &self.scope,
-                &self.claimed.delivery_id,
-                &self.claimed.lease_owner,
-            )
-            .await?;
-        if released {
-            conn.record_history(
-                &self.scope,
-                &self.claimed.delivery_id,
-                "released",
-                None,
-                reason,
-                self.store.clock().naive_now(),
-            )
-            .await?;
+        let (scope, id, owner) = (
+            &self.scope,
+            &self.claimed.delivery_id,
+            &self.claimed.lease_owner,
+        );
+        match &self.purpose {
+            Purpose::Claim | Purpose::Reconcile => {
+                if conn.release_claim(scope, id, owner).await? {
+                    conn.record_history(scope, id, "released", None, reason, self.now())
+                        .await?;
+                }
+            }
+            Purpose::Reprocess { actor } => {
+                let now = self.now();
+                if conn.end_reprocess(scope, id, owner, now).await? {
+                    conn.record_history(scope, id, "reprocess-failed", Some(actor), reason, now)
+                        .await?;
+                }
+            }
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Writes `response` as the key's answer, fenced by the lease, with what
+    /// the key's history must say of it; false when the lease was lost.
+    async fn write_completion(
+        &self,
+        conn: &mut DbConn,
+        response: &StoredResponse,
+    ) -> Result<bool, StoreError> {
+        let now = self.now();
+        let (scope, id, owner) = (
+            &self.scope,
+            &self.claimed.delivery_id,
+            &self.claimed.lease_owner,
+        );
+        let (completed, note) = match &self.purpose {
+            Purpose::Claim => (
+                conn.complete_delivery(scope, id, owner, response, now)
+                    .await?,
+                None,
+            ),
+            Purpose::Reconcile => (
+                conn.complete_delivery(scope, id, owner, response, now)
+                    .await?,
+                Some(("reconciled", "reconciler")),
+            ),
+            Purpose::Reprocess { actor } => (
+                conn.replace_response(scope, id, owner, response, now)
+                    .await?,
+                Some(("reprocessed", actor.as_str())),
+            ),
+        };
+        if let (true, Some((kind, actor))) = (completed, note) {
+            let detail = format!("answered {}", response.status);
+            conn.record_history(scope, id, kind, Some(actor), Some(&detail), now)
+                .await?;
+        }
+        Ok(completed)
     }
 }
 

@@ -6,6 +6,9 @@
 //! (the webhook face); [`Engine::claim`] hands out a [`Pending`] claim whose
 //! transaction the caller writes through and then completes or releases (the
 //! `Idempotency-Key` middleware, which runs an arbitrary actix handler).
+//! Maintenance comes in through the same steps: [`Engine::reprocess`] for an
+//! operator, [`Engine::take_over_abandoned`] for the reconciler. Nothing
+//! else claims, completes or releases a key.
 
 mod claim;
 mod outcome;
@@ -14,8 +17,11 @@ mod replay_tally;
 pub use claim::{Claim, Lease, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
 
-use crate::store::{Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse};
+use crate::store::{
+    Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,
+};
 use chrono::{NaiveDateTime, TimeDelta};
+use claim::Purpose;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -81,12 +87,11 @@ struct Inner {
     replays: Arc<replay_tally::ReplayTally>,
 }
 
-/// Someone else holds the key: try again after a pause, within the wait, or
-/// answer `Retry-After` with this delay.
-struct Busy(Duration);
-
-/// What one pass over the key found.
-type Attempt = Result<Claim, Busy>;
+/// A key won by the atomic claim, with the `received_at` its row holds now.
+struct Won {
+    claimed: Claimed,
+    received_at: NaiveDateTime,
+}
 
 /// What an existing row means for a repeat.
 enum Verdict {
@@ -143,19 +148,16 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         let mut rejection: Option<StoredResponse> = None;
         loop {
-            let mut pending = match self.claim(request).await? {
-                Claim::Fresh(pending) => pending,
-                Claim::Replay(stored) => return Ok(Outcome::Replayed(stored)),
-                Claim::InProgress { retry_after } => {
-                    return Ok(Outcome::InProgress { retry_after });
-                }
-                Claim::Mismatch => return Ok(Outcome::Mismatch),
+            let mut pending = match self.claim(request).await?.fresh() {
+                Ok(pending) => pending,
+                Err(answer) => return Ok(answer),
             };
             let result = match &rejection {
                 // A final refusal found by an earlier pass: store it alone.
                 Some(response) => Ok(response.clone()),
                 None if operation.has_external_effects() => {
-                    return self.process_leased(pending, operation).await;
+                    let lease = pending.commit_claim().await?;
+                    return self.run_leased(lease, operation).await;
                 }
                 None => {
                     let claimed = pending.claimed().clone();
@@ -165,7 +167,7 @@ impl Engine {
             match result {
                 Ok(response) => {
                     pending.complete(&response).await?;
-                    return Ok(Outcome::Processed(response));
+                    return Ok(Outcome::Fresh(response));
                 }
                 // Its effects go, its answer stays: claim again and store
                 // only the response.
@@ -185,75 +187,132 @@ impl Engine {
         }
     }
 
-    /// The two-phase path of an operation with effects outside the database:
-    /// the claim is committed first, so that its lease is visible to every
-    /// other instance; the outside work runs while the lease is renewed; then
-    /// the database writes and the completion commit together, fenced by the
-    /// lease. A crash in between leaves a claim that expires and is
+    /// The two-phase path of an operation with effects outside the database,
+    /// once its claim is committed (so that its lease is visible to every
+    /// other instance): the outside work runs while the lease is renewed;
+    /// then the database writes and the completion commit together, fenced
+    /// by the lease. A crash in between leaves a claim that expires and is
     /// reconciled (see `maintenance::reconcile`) or taken over by a retry.
-    async fn process_leased(
+    async fn run_leased(
         &self,
-        pending: Pending,
+        lease: Lease,
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
-        let lease = pending.commit_claim().await?;
         let renewal = lease.keep_alive(self.inner.options.lease);
-        let result = async {
-            if let Err(error) = operation.run_external(lease.claimed()).await {
-                return Err((lease, error));
-            }
-            let mut pending = match lease.begin().await {
-                Ok(pending) => pending,
-                Err(e) => return Ok(Err(e)),
-            };
-            let claimed = pending.claimed().clone();
-            match operation.run(pending.conn(), &claimed).await {
-                Ok(response) => Ok(pending.complete(&response).await.map(|()| response)),
-                Err(error) => Err((pending.into_lease().await, error)),
-            }
-        }
-        .await;
+        let result = match operation.run_external(lease.claimed()).await {
+            Ok(()) => lease.finish(operation).await,
+            Err(error) => lease.fail(error).await,
+        };
         renewal.abort();
-        match result {
-            Ok(Ok(response)) => Ok(Outcome::Processed(response)),
-            Ok(Err(error)) => Err(error),
-            Err((lease, error)) => match lease.fail(error).await {
-                EngineError::Rejected(response) => Ok(Outcome::Processed(response)),
-                other => Err(other),
-            },
+        result
+    }
+
+    /// Runs a stored key's operation again for an operator (`actor`), whatever
+    /// its state, unless another attempt holds it now
+    /// ([`Outcome::InProgress`]). The key is taken under a lease fenced like
+    /// a takeover, on the `row` that was read; the operation then runs the
+    /// two-phase way, so no transaction is open during its outside work.
+    /// Until it completes, repeats get the earlier answer; its completion
+    /// replaces that answer, and a failure leaves it in place. Either is
+    /// recorded in the key's history with the actor.
+    pub async fn reprocess(
+        &self,
+        row: &DeliveryRow,
+        actor: &str,
+        operation: &dyn Operation,
+    ) -> Result<Outcome, EngineError> {
+        let now = self.now();
+        let owner = format!("reprocess/{actor}/{}", self.new_owner());
+        let until = now + to_delta(self.inner.options.lease);
+        let mut tx = self.store().begin().await?;
+        match tx
+            .conn()
+            .reclaim_for_reprocess(row, &owner, until, now)
+            .await
+        {
+            Ok(true) => tx.commit().await?,
+            Ok(false) => {
+                claim::end(tx).await;
+                let remaining = row
+                    .lease_expires_at
+                    .and_then(|until| (until - now).to_std().ok())
+                    .unwrap_or_default();
+                return Ok(Outcome::InProgress {
+                    retry_after: retry_after(remaining, self.inner.options.lease),
+                });
+            }
+            Err(e) => {
+                claim::end(tx).await;
+                return Err(e.into());
+            }
         }
+        let lease = Lease::new(
+            self.store().clone(),
+            row.endpoint.clone(),
+            Claimed {
+                delivery_id: row.delivery_id.clone(),
+                lease_owner: owner,
+                attempt: row.attempts + 1,
+                taken_over: false,
+            },
+            claim::Remembered {
+                request_hash: row.request_hash.clone(),
+                received_at: row.received_at,
+            },
+            Purpose::Reprocess {
+                actor: actor.to_owned(),
+            },
+        );
+        self.run_leased(lease, operation).await
+    }
+
+    /// Takes over an abandoned claim for the reconciler, fenced like a
+    /// retry's takeover, and commits it: `None` when another attempt got
+    /// there first. Complete the lease with [`Lease::finish`] or give it up
+    /// with [`Lease::release`]; both are recorded in the key's history.
+    pub async fn take_over_abandoned(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<Option<Lease>, EngineError> {
+        let Outcome::Fresh(pending) = self.claim(request).await? else {
+            return Ok(None);
+        };
+        let lease = pending.commit_claim().await?;
+        Ok(Some(lease.with_purpose(Purpose::Reconcile)))
     }
 
     /// Claims `request`'s key, waiting up to `in_progress_wait` while another
-    /// attempt holds it. A [`Claim::Fresh`] carries the open transaction.
+    /// attempt holds it. A fresh claim carries the open transaction.
     pub async fn claim(&self, request: &ClaimRequest) -> Result<Claim, EngineError> {
         let deadline = Instant::now() + self.inner.options.in_progress_wait;
         let mut pause = FIRST_PAUSE;
         loop {
             match self.try_claim(request).await? {
-                Ok(claim) => {
-                    if matches!(claim, Claim::Replay(_)) {
-                        self.count_replay(request);
-                    }
-                    return Ok(claim);
-                }
-                Err(Busy(retry_after)) => {
+                Outcome::InProgress { retry_after } => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     if remaining.is_zero() {
-                        return Ok(Claim::InProgress { retry_after });
+                        return Ok(Outcome::InProgress { retry_after });
                     }
                     tokio::time::sleep(pause.min(remaining)).await;
                     pause = (pause * 2).min(MAX_PAUSE);
+                }
+                claim => {
+                    if matches!(claim, Outcome::Replayed(_)) {
+                        self.count_replay(request);
+                    }
+                    return Ok(claim);
                 }
             }
         }
     }
 
-    async fn try_claim(&self, request: &ClaimRequest) -> Result<Attempt, EngineError> {
+    /// One pass over the key; [`Outcome::InProgress`] here means busy at
+    /// this instant, to be tried again within the wait.
+    async fn try_claim(&self, request: &ClaimRequest) -> Result<Claim, EngineError> {
         // A completed row is immutable until it expires, so what this
         // process already read of it still holds: most redeliveries end here.
-        if let Some(claim) = self.cached(request) {
-            return Ok(Ok(claim));
+        if let Some(answer) = self.cached(request) {
+            return Ok(answer);
         }
 
         // A plain read can answer a replay without taking a write lock.
@@ -262,9 +321,9 @@ impl Engine {
         let mut conn = self.store().conn().await?;
         if let Some(row) = lookup(&mut conn, request).await? {
             match self.judge(&row, request, self.now())? {
-                Verdict::Replay(stored) => return Ok(Ok(Claim::Replay(stored))),
-                Verdict::Mismatch => return Ok(Ok(Claim::Mismatch)),
-                Verdict::Busy(retry_after) => return Ok(Err(Busy(retry_after))),
+                Verdict::Replay(stored) => return Ok(Outcome::Replayed(stored)),
+                Verdict::Mismatch => return Ok(Outcome::Mismatch),
+                Verdict::Busy(retry_after) => return Ok(Outcome::InProgress { retry_after }),
                 Verdict::Stale | Verdict::Expired => {}
             }
         }
@@ -272,57 +331,64 @@ impl Engine {
         let mut tx = self.store().begin_on(conn).await?;
         // On SQLite the transaction may have queued behind a duplicate's:
         // if that one's answer is known by now, the claim is not needed.
-        if let Some(claim) = self.cached(request) {
+        if let Some(answer) = self.cached(request) {
             claim::end(tx).await;
-            return Ok(Ok(claim));
+            return Ok(answer);
         }
-        match self.claim_in(tx.conn(), request).await {
-            Ok(Ok((claimed, received_at))) => {
-                if claimed.taken_over {
-                    crate::telemetry::metrics::lease_taken_over();
-                    tracing::warn!(
-                        attempt = claimed.attempt,
-                        "took over a claim whose lease expired"
-                    );
-                }
-                Ok(Ok(Claim::Fresh(Pending::new(
-                    tx,
-                    self.store().clone(),
-                    request.scope.clone(),
-                    claimed,
-                    claim::Remembered {
-                        request_hash: request.fingerprint.clone(),
-                        received_at,
-                    },
-                ))))
-            }
-            Ok(Err(attempt)) => {
-                claim::end(tx).await;
-                Ok(attempt)
-            }
-            Err(EngineError::Store(StoreError::LockTimeout)) => {
-                claim::end(tx).await;
-                Ok(Err(Busy(Duration::from_secs(1))))
-            }
+        let outcome = match self.claim_in(tx.conn(), request).await {
+            Ok(outcome) => outcome,
+            Err(EngineError::Store(StoreError::LockTimeout)) => Outcome::InProgress {
+                retry_after: Duration::from_secs(1),
+            },
             Err(e) => {
                 claim::end(tx).await;
-                Err(e)
+                return Err(e);
+            }
+        };
+        match outcome.fresh() {
+            Ok(won) => Ok(Outcome::Fresh(self.pending(tx, request, won))),
+            Err(answer) => {
+                claim::end(tx).await;
+                Ok(answer)
             }
         }
+    }
+
+    /// The claim `won` on `tx`, for the caller to run under.
+    fn pending(&self, tx: Transaction, request: &ClaimRequest, won: Won) -> Pending {
+        let Won {
+            claimed,
+            received_at,
+        } = won;
+        if claimed.taken_over {
+            crate::telemetry::metrics::lease_taken_over();
+            tracing::warn!(
+                attempt = claimed.attempt,
+                "took over a claim whose lease expired"
+            );
+        }
+        let lease = Lease::new(
+            self.store().clone(),
+            request.scope.clone(),
+            claimed,
+            claim::Remembered {
+                request_hash: request.fingerprint.clone(),
+                received_at,
+            },
+            Purpose::Claim,
+        );
+        Pending::new(tx, lease)
     }
 
     /// Answers `request` from the replay cache alone: a replay or a
     /// mismatch, without a database round trip or a task of its own.
     /// `None`: only [`Engine::process`] or [`Engine::claim`] can tell.
     pub fn answer_from_cache(&self, request: &ClaimRequest) -> Option<Outcome> {
-        match self.cached(request)? {
-            Claim::Replay(stored) => {
-                self.count_replay(request);
-                Some(Outcome::Replayed(stored))
-            }
-            Claim::Mismatch => Some(Outcome::Mismatch),
-            Claim::Fresh(_) | Claim::InProgress { .. } => None,
+        let answer = self.cached(request)?;
+        if matches!(answer, Outcome::Replayed(_)) {
+            self.count_replay(request);
         }
+        Some(answer)
     }
 
     fn count_replay(&self, request: &ClaimRequest) {
@@ -331,30 +397,35 @@ impl Engine {
             .count(self.store(), request, self.inner.options.replay_count_every);
     }
 
-    /// The answer the replay cache holds for `request`, if any.
-    fn cached(&self, request: &ClaimRequest) -> Option<Claim> {
+    /// The answer the replay cache holds for `request`, if any: a replay or
+    /// a mismatch, never a fresh claim.
+    fn cached<T>(&self, request: &ClaimRequest) -> Option<Outcome<T>> {
         let hit = self
             .store()
             .replay_cache()
             .get(&request.scope, &request.key)?;
         match self.judge_completed(&hit.request_hash, hit.received_at, request, self.now()) {
-            None => Some(Claim::Replay(hit.response.clone())),
-            Some(Verdict::Mismatch) => Some(Claim::Mismatch),
+            None => Some(Outcome::Replayed(hit.response.clone())),
+            Some(Verdict::Mismatch) => Some(Outcome::Mismatch),
             // Past the retention: the database decides what happens.
             Some(_) => None,
         }
     }
 
-    /// The atomic claim: insert, or else find out what the existing row means.
-    /// `Ok(Err(attempt))` means the key is not ours to run; a claim comes
-    /// with the `received_at` its row holds now.
+    /// A lease owner no other attempt can hold.
+    fn new_owner(&self) -> String {
+        format!("{}/{}", self.inner.instance, uuid::Uuid::new_v4().simple())
+    }
+
+    /// The atomic claim: insert, or else find out what the existing row
+    /// means. [`Outcome::InProgress`] means busy at this instant.
     async fn claim_in(
         &self,
         conn: &mut DbConn,
         request: &ClaimRequest,
-    ) -> Result<Result<(Claimed, NaiveDateTime), Attempt>, EngineError> {
+    ) -> Result<Outcome<Won>, EngineError> {
         let now = self.now();
-        let owner = format!("{}/{}", self.inner.instance, uuid::Uuid::new_v4().simple());
+        let owner = self.new_owner();
         let claim = NewClaim {
             endpoint: &request.scope,
             delivery_id: &request.key,
@@ -368,45 +439,48 @@ impl Engine {
             body_key: request.body_key.as_deref(),
             request_body: request.payload.as_deref(),
         };
-        let fresh = |taken_over, attempt, delivery_id: &str| Claimed {
-            delivery_id: delivery_id.to_owned(),
-            lease_owner: owner.clone(),
-            attempt,
-            taken_over,
+        let won = |taken_over, attempt, delivery_id: &str, received_at| {
+            Outcome::Fresh(Won {
+                claimed: Claimed {
+                    delivery_id: delivery_id.to_owned(),
+                    lease_owner: owner.clone(),
+                    attempt,
+                    taken_over,
+                },
+                received_at,
+            })
         };
-        let received_at = claim.received_at;
+        // Deleted, taken over or reclaimed meanwhile: go round again.
+        let again = Outcome::InProgress {
+            retry_after: Duration::ZERO,
+        };
         if conn.insert_claim(&claim).await? {
-            return Ok(Ok((fresh(false, 1, &request.key), received_at)));
+            return Ok(won(false, 1, &request.key, now));
         }
         let Some(row) = lookup(conn, request).await? else {
-            // Deleted between the insert and the read: go round again.
-            return Ok(Err(Err(Busy(Duration::ZERO))));
+            return Ok(again);
         };
-        match self.judge(&row, request, now)? {
-            Verdict::Replay(stored) => Ok(Err(Ok(Claim::Replay(stored)))),
-            Verdict::Mismatch => Ok(Err(Ok(Claim::Mismatch))),
-            Verdict::Busy(retry_after) => Ok(Err(Err(Busy(retry_after)))),
+        Ok(match self.judge(&row, request, now)? {
+            Verdict::Replay(stored) => Outcome::Replayed(stored),
+            Verdict::Mismatch => Outcome::Mismatch,
+            Verdict::Busy(retry_after) => Outcome::InProgress { retry_after },
             Verdict::Stale => {
                 let observed = row.lease_owner.as_deref().unwrap_or_default();
                 if conn.take_over(&row, observed, &claim, now).await? {
                     // A takeover keeps the row's received_at.
-                    Ok(Ok((
-                        fresh(true, row.attempts + 1, &row.delivery_id),
-                        row.received_at,
-                    )))
+                    won(true, row.attempts + 1, &row.delivery_id, row.received_at)
                 } else {
-                    // Another retry took it over first.
-                    Ok(Err(Err(Busy(Duration::ZERO))))
+                    again
                 }
             }
             Verdict::Expired => {
                 if conn.reclaim_expired(&row, &claim).await? {
-                    Ok(Ok((fresh(false, 1, &request.key), received_at)))
+                    won(false, 1, &request.key, now)
                 } else {
-                    Ok(Err(Err(Busy(Duration::ZERO))))
+                    again
                 }
             }
-        }
+        })
     }
 
     /// What a stored row means for `request`. A completed row read here is

@@ -43,11 +43,15 @@ pub enum OperationError {
     Failed(Box<dyn std::error::Error + Send + Sync>),
 }
 
-/// What a request for a key gets.
+/// What a request for a key gets. One enum for both steps, because the
+/// answers that run nothing are the same: [`super::Engine::claim`] gives a
+/// [`Claim`] (`Fresh` carries the claim to run under), and
+/// [`super::Engine::process`] an `Outcome` (`Fresh` carries the answer the
+/// run produced, now stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// This request ran the operation; its response is now stored.
-    Processed(StoredResponse),
+pub enum Outcome<T = StoredResponse> {
+    /// The key is this request's: it runs (ran) the operation.
+    Fresh(T),
     /// The key was already completed: the stored response, unchanged.
     Replayed(StoredResponse),
     /// Another request holds the key and did not finish within the bounded
@@ -55,6 +59,19 @@ pub enum Outcome {
     InProgress { retry_after: Duration },
     /// The key was used before with a different payload. Nothing was run.
     Mismatch,
+}
+
+impl<T> Outcome<T> {
+    /// The fresh claim or answer, or else the answer that ran nothing,
+    /// retyped for whatever the caller returns.
+    pub fn fresh<U>(self) -> Result<T, Outcome<U>> {
+        match self {
+            Outcome::Fresh(fresh) => Ok(fresh),
+            Outcome::Replayed(stored) => Err(Outcome::Replayed(stored)),
+            Outcome::InProgress { retry_after } => Err(Outcome::InProgress { retry_after }),
+            Outcome::Mismatch => Err(Outcome::Mismatch),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,10 +84,6 @@ pub enum EngineError {
     /// this one could complete; this attempt's effects were rolled back.
     #[error("the claim's lease was taken over before it could complete")]
     LeaseLost,
-    /// A two-phase operation gave a final refusal, now stored as the key's
-    /// answer.
-    #[error("the operation rejected the request with status {}", .0.status)]
-    Rejected(StoredResponse),
     #[error("the stored key is inconsistent: {0}")]
     Corrupt(&'static str),
 }

@@ -12,59 +12,99 @@
 use super::ClaimRequest;
 use crate::store::Store;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// Distinct keys held between two writes; beyond it new keys go uncounted,
-/// so a storm of distinct ids cannot grow the map without bound.
+/// so a storm of distinct ids cannot grow the maps without bound.
 const MOST_KEYS: usize = 10_000;
 /// Keys per transaction: the write holds SQLite's one write slot briefly.
 const KEYS_PER_WRITE: usize = 500;
+/// Replays of different keys take different locks, so that a storm over
+/// many keys on many workers does not queue on one mutex. A power of two
+/// well above the worker count.
+const SHARDS: usize = 32;
 
 /// Scope, key and body key of a replayed request.
 type Counted = (String, String, Option<String>);
 
+/// One shard's counts: by scope, then by key (looked up by `&str`, so a
+/// key already counted costs no allocation), with the body key to write.
 #[derive(Default)]
+struct Shard {
+    scopes: HashMap<String, HashMap<String, (Option<String>, i32)>>,
+    keys: usize,
+}
+
 pub(super) struct ReplayTally {
-    pending: Mutex<HashMap<Counted, i32>>,
+    shards: [Mutex<Shard>; SHARDS],
+    hasher: RandomState,
     writer_started: AtomicBool,
+}
+
+impl Default for ReplayTally {
+    fn default() -> Self {
+        ReplayTally {
+            shards: std::array::from_fn(|_| Mutex::default()),
+            hasher: RandomState::new(),
+            writer_started: AtomicBool::new(false),
+        }
+    }
 }
 
 impl ReplayTally {
     /// Counts one replay of `request`'s key. Starts the writer on first use,
     /// on the caller's tokio runtime.
     pub(super) fn count(self: &Arc<Self>, store: &Store, request: &ClaimRequest, every: Duration) {
-        {
-            let Ok(mut pending) = self.pending.lock() else {
-                return;
-            };
-            let counted = (
-                request.scope.clone(),
-                request.key.clone(),
-                request.body_key.clone(),
-            );
-            let full = pending.len() >= MOST_KEYS;
-            match pending.get_mut(&counted) {
-                Some(n) => *n = n.saturating_add(1),
-                None if full => {
-                    tracing::debug!(scope = %request.scope, key = %request.key, "replay not counted: too many keys at once");
-                }
-                None => {
-                    pending.insert(counted, 1);
-                }
-            }
-        }
+        self.add(request);
         if !self.writer_started.swap(true, Ordering::AcqRel) {
             tokio::spawn(write_counts(Arc::downgrade(self), store.clone(), every));
         }
     }
 
-    fn take(&self) -> HashMap<Counted, i32> {
-        match self.pending.lock() {
-            Ok(mut pending) => std::mem::take(&mut *pending),
-            Err(_) => HashMap::new(),
+    fn add(&self, request: &ClaimRequest) {
+        let hash = self.hasher.hash_one((&request.scope, &request.key));
+        let Ok(mut shard) = self.shards[hash as usize % SHARDS].lock() else {
+            return;
+        };
+        let full = shard.keys >= MOST_KEYS / SHARDS;
+        if let Some((_, n)) = shard
+            .scopes
+            .get_mut(request.scope.as_str())
+            .and_then(|keys| keys.get_mut(request.key.as_str()))
+        {
+            *n = n.saturating_add(1);
+            return;
         }
+        if full {
+            tracing::debug!(scope = %request.scope, key = %request.key, "replay not counted: too many keys at once");
+            return;
+        }
+        shard.keys += 1;
+        shard
+            .scopes
+            .entry(request.scope.clone())
+            .or_default()
+            .insert(request.key.clone(), (request.body_key.clone(), 1));
+    }
+
+    /// Every count since the last call, emptying the shards.
+    fn take(&self) -> Vec<(Counted, i32)> {
+        let mut counts = Vec::new();
+        for shard in &self.shards {
+            let taken = match shard.lock() {
+                Ok(mut shard) => std::mem::take(&mut *shard),
+                Err(_) => continue,
+            };
+            for (scope, keys) in taken.scopes {
+                for (key, (body_key, n)) in keys {
+                    counts.push(((scope.clone(), key, body_key), n));
+                }
+            }
+        }
+        counts
     }
 }
 
@@ -78,7 +118,6 @@ async fn write_counts(tally: Weak<ReplayTally>, store: Store, every: Duration) {
             Some(tally) => tally.take(),
             None => return,
         };
-        let counts: Vec<_> = counts.into_iter().collect();
         for chunk in counts.chunks(KEYS_PER_WRITE) {
             if let Err(error) = write_chunk(&store, chunk).await {
                 tracing::debug!(%error, keys = chunk.len(), "replays not counted");
@@ -103,4 +142,60 @@ async fn write_chunk(
         }
     }
     tx.commit().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replay_of(scope: &str, key: &str) -> ClaimRequest {
+        ClaimRequest {
+            scope: scope.into(),
+            key: key.into(),
+            fingerprint: "f".into(),
+            event_type: None,
+            body_key: Some(format!("body-{key}")),
+            retention: None,
+            payload: None,
+        }
+    }
+
+    #[test]
+    fn replays_counted_from_many_threads_add_up_per_key() {
+        let tally = Arc::new(ReplayTally::default());
+        std::thread::scope(|threads| {
+            for _ in 0..4 {
+                let tally = tally.clone();
+                threads.spawn(move || {
+                    for n in 0..250 {
+                        tally.add(&replay_of("shop", &format!("msg_{}", n % 5)));
+                        tally.add(&replay_of("other", "msg_0"));
+                    }
+                });
+            }
+        });
+        let mut counts = tally.take();
+        counts.sort();
+        assert_eq!(counts.len(), 6);
+        assert_eq!(
+            counts[0],
+            (
+                ("other".into(), "msg_0".into(), Some("body-msg_0".into())),
+                1000
+            )
+        );
+        assert!(counts[1..].iter().all(|(_, n)| *n == 200), "{counts:?}");
+        assert!(tally.take().is_empty(), "taking empties the tally");
+    }
+
+    #[test]
+    fn distinct_keys_beyond_the_bound_go_uncounted() {
+        let tally = ReplayTally::default();
+        for n in 0..MOST_KEYS * 2 {
+            tally.add(&replay_of("shop", &format!("msg_{n}")));
+        }
+        let counts = tally.take();
+        assert!(counts.len() <= MOST_KEYS, "{} keys held", counts.len());
+        assert!(counts.len() > MOST_KEYS / 2, "{} keys held", counts.len());
+    }
 }

@@ -3,7 +3,7 @@
 //! happened, then complete the key with that outcome or release it.
 
 use super::event_of;
-use crate::engine::{Claim, ClaimRequest, EngineError, Operation};
+use crate::engine::{ClaimRequest, EngineError};
 use crate::handlers::Reconciled;
 use crate::telemetry::metrics;
 use crate::webhooks::{RunHandlers, Webhooks};
@@ -64,12 +64,11 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
             retention: None,
             payload: None,
         };
-        let Claim::Fresh(pending) = engine.claim(&request).await? else {
+        let Some(lease) = engine.take_over_abandoned(&request).await? else {
             report.skipped += 1;
             metrics::reconciled("skipped");
             continue;
         };
-        let lease = pending.commit_claim().await?;
         let operation = RunHandlers::new(endpoint.clone(), event);
         let (mut done, mut not_done, mut unknown) = (0, 0, 0);
         for (name, handler) in endpoint.handlers.iter().filter(|(_, h)| h.external()) {
@@ -83,44 +82,35 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
             }
         }
         tracing::info!(delivery_id = %row.delivery_id, done, not_done, unknown, "reconciling an abandoned claim");
-        if unknown > 0 {
+        let outcome = if unknown > 0 {
             // Our lease expires in turn and the next pass asks again.
             report.unknown += 1;
-            metrics::reconciled("unknown");
+            "unknown"
         } else if not_done > 0 {
             lease
                 .release(Some("reconciled: the outside work never happened"))
                 .await?;
             report.released += 1;
-            metrics::reconciled("released");
+            "released"
         } else {
-            let mut pending = lease.begin().await?;
-            let claimed = pending.claimed().clone();
-            match operation.run(pending.conn(), &claimed).await {
-                Ok(response) => {
-                    pending
-                        .conn()
-                        .record_history(
-                            &row.endpoint,
-                            &row.delivery_id,
-                            "reconciled",
-                            Some("reconciler"),
-                            None,
-                            engine.store().clock().naive_now(),
-                        )
-                        .await?;
-                    pending.complete(&response).await?;
+            match lease.finish(&operation).await {
+                Ok(_) => {
                     report.completed += 1;
-                    metrics::reconciled("completed");
+                    "completed"
                 }
-                Err(error) => {
-                    let lease = pending.into_lease().await;
-                    let _ = lease.fail(error).await;
+                Err(error @ EngineError::Store(_)) => return Err(error),
+                Err(EngineError::LeaseLost) => {
+                    report.skipped += 1;
+                    "skipped"
+                }
+                // The engine released the key and recorded why.
+                Err(_) => {
                     report.released += 1;
-                    metrics::reconciled("released");
+                    "released"
                 }
             }
-        }
+        };
+        metrics::reconciled(outcome);
     }
     Ok(report)
 }

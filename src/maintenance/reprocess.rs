@@ -3,8 +3,8 @@
 //! not stop it; the key's history records who did it and when.
 
 use super::event_of;
-use crate::engine::{EngineError, Operation, OperationError};
-use crate::store::{Claimed, StoreError, StoredResponse};
+use crate::engine::{EngineError, Outcome};
+use crate::store::{StoreError, StoredResponse};
 use crate::webhooks::{RunHandlers, Webhooks};
 
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +32,9 @@ impl From<StoreError> for ReprocessError {
     }
 }
 
-/// Runs the delivery's handlers again and stores their new answer.
+/// Runs the delivery's handlers again and stores their new answer, through
+/// the engine's two-phase path: no transaction is open while a handler
+/// works outside the database (a `forward`).
 pub async fn reprocess(
     webhooks: &Webhooks,
     endpoint: &str,
@@ -43,8 +45,8 @@ pub async fn reprocess(
         .endpoint(endpoint)
         .cloned()
         .ok_or_else(|| ReprocessError::UnknownEndpoint(endpoint.to_owned()))?;
-    let store = webhooks.engine().store();
-    let mut conn = store.conn().await?;
+    let engine = webhooks.engine();
+    let mut conn = engine.store().conn().await?;
     let row = conn
         .find_delivery(endpoint, delivery_id)
         .await?
@@ -52,73 +54,16 @@ pub async fn reprocess(
             endpoint: endpoint.to_owned(),
             delivery_id: delivery_id.to_owned(),
         })?;
-    let now = store.clock().naive_now();
-    if row.status != crate::store::COMPLETED
-        && row.lease_expires_at.is_some_and(|until| until > now)
-    {
-        return Err(ReprocessError::Busy);
-    }
     let body = conn.request_body(endpoint, delivery_id).await?;
     drop(conn);
     let event = body
         .and_then(|body| event_of(&configured, &row, body))
         .ok_or(ReprocessError::NoPayload)?;
     let operation = RunHandlers::new(configured, event);
-    let claimed = Claimed {
-        delivery_id: delivery_id.to_owned(),
-        lease_owner: format!("reprocess/{actor}"),
-        attempt: row.attempts + 1,
-        taken_over: false,
-    };
-    let mut tx = store.begin().await?;
-    let outcome = match operation.run_external(&claimed).await {
-        Ok(()) => operation.run(tx.conn(), &claimed).await,
-        Err(error) => Err(error),
-    };
-    let response = match outcome {
-        Ok(response) => response,
-        // A final refusal is an answer too: it replaces the stored one.
-        Err(OperationError::Rejected(response)) => {
-            if let Err(error) = tx.rollback().await {
-                tracing::warn!(%error, "rollback failed");
-            }
-            tx = store.begin().await?;
-            response
-        }
-        Err(error) => {
-            if let Err(error) = tx.rollback().await {
-                tracing::warn!(%error, "rollback failed");
-            }
-            let detail = error.to_string();
-            let mut conn = store.conn().await?;
-            conn.record_history(
-                endpoint,
-                delivery_id,
-                "reprocess-failed",
-                Some(actor),
-                Some(&detail),
-                store.clock().naive_now(),
-            )
-            .await?;
-            return Err(ReprocessError::Failed(detail));
-        }
-    };
-    let conn = tx.conn();
-    conn.replace_response(endpoint, delivery_id, &response, store.clock().naive_now())
-        .await?;
-    let detail = format!("answered {}", response.status);
-    conn.record_history(
-        endpoint,
-        delivery_id,
-        "reprocessed",
-        Some(actor),
-        Some(&detail),
-        store.clock().naive_now(),
-    )
-    .await?;
-    tx.commit().await?;
-    // Redeliveries get the new answer from now on, in this process; another
-    // instance's cache may answer the old one for up to its TTL.
-    store.replay_cache().forget(endpoint, delivery_id);
-    Ok(response)
+    match engine.reprocess(&row, actor, &operation).await {
+        Ok(Outcome::Fresh(response)) => Ok(response),
+        Ok(_) => Err(ReprocessError::Busy),
+        Err(EngineError::Operation(error)) => Err(ReprocessError::Failed(error.to_string())),
+        Err(error) => Err(error.into()),
+    }
 }

@@ -57,7 +57,9 @@ pub struct DeliveryRow {
 pub struct StoredResponse {
     pub status: u16,
     pub content_type: String,
-    pub body: Vec<u8>,
+    /// Shared, not copied: the replay cache and every replay's HTTP body
+    /// hold the same bytes.
+    pub body: bytes::Bytes,
     /// The `Location` header, for routes that create something.
     pub location: Option<String>,
 }
@@ -71,7 +73,7 @@ impl DeliveryRow {
         Some(StoredResponse {
             status: u16::try_from(self.response_status?).ok()?,
             content_type: self.response_content_type.clone().unwrap_or_default(),
-            body: self.response_body.clone()?,
+            body: bytes::Bytes::from(self.response_body.clone()?),
             location: self.response_location.clone(),
         })
     }
@@ -100,7 +102,7 @@ impl<'a> Completion<'a> {
             status: COMPLETED,
             response_status: i32::from(response.status),
             response_content_type: &response.content_type,
-            response_body: &response.body,
+            response_body: &response.body[..],
             response_location: response.location.as_deref(),
             completed_at: now,
             lease_owner: None,
@@ -259,8 +261,10 @@ impl DbConn {
 }
 
 impl DbConn {
-    /// Extends a claim's lease, fenced by its owner: false once the claim was
-    /// taken over (or completed), and then its owner must stop.
+    /// Extends a lease, fenced by its owner: false once the key was taken
+    /// over (or completed, which clears the owner), and then its owner must
+    /// stop. Not fenced on the status: an operator's reprocessing holds a
+    /// lease on a completed key.
     pub async fn renew_lease(
         &mut self,
         endpoint: &str,
@@ -270,7 +274,6 @@ impl DbConn {
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
             diesel::update(deliveries::table.find((endpoint, delivery_id)))
-                .filter(dsl::status.eq(IN_PROGRESS))
                 .filter(dsl::lease_owner.eq(lease_owner))
                 .set(dsl::lease_expires_at.eq(until))
                 .execute(c)
@@ -334,23 +337,87 @@ impl DbConn {
 }
 
 impl DbConn {
-    /// Stores a new answer for a key that an operator reprocessed, whatever
-    /// its state, and counts the attempt.
+    /// Takes a stored key for an operator's reprocessing, fenced like a
+    /// takeover on the `row` that was read: its status and `received_at` are
+    /// unchanged and no live lease holds it (a claim at work, or another
+    /// reprocessing). A completed key stays completed, so that repeats get
+    /// its answer meanwhile.
+    pub async fn reclaim_for_reprocess(
+        &mut self,
+        row: &DeliveryRow,
+        lease_owner: &str,
+        until: NaiveDateTime,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(deliveries::table.find((&row.endpoint, &row.delivery_id)))
+                .filter(dsl::status.eq(&row.status))
+                .filter(dsl::received_at.eq(row.received_at))
+                .filter(
+                    dsl::lease_expires_at
+                        .is_null()
+                        .or(dsl::lease_expires_at.le(now)),
+                )
+                .set((
+                    dsl::lease_owner.eq(lease_owner),
+                    dsl::lease_expires_at.eq(until),
+                ))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Stores the new answer of a key that an operator reprocessed, fenced
+    /// by the reprocessing's lease, and counts the attempt.
     pub async fn replace_response(
         &mut self,
         endpoint: &str,
         delivery_id: &str,
+        lease_owner: &str,
         response: &StoredResponse,
         now: NaiveDateTime,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
             diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::lease_owner.eq(lease_owner))
                 .set((
                     Completion::of(response, now),
                     dsl::attempts.eq(dsl::attempts + 1),
                 ))
                 .execute(c)
                 .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Ends a failed reprocessing, fenced by its lease: the key is left as
+    /// it was. A completed key loses the lease; a claim's lease ends now, and
+    /// keeps the owner that a retry's takeover is fenced on.
+    pub async fn end_reprocess(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        lease_owner: &str,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            let completed = diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::lease_owner.eq(lease_owner))
+                .filter(dsl::status.eq(COMPLETED))
+                .set((
+                    dsl::lease_owner.eq(None::<String>),
+                    dsl::lease_expires_at.eq(None::<NaiveDateTime>),
+                ))
+                .execute(c)
+                .await?;
+            let claimed = diesel::update(deliveries::table.find((endpoint, delivery_id)))
+                .filter(dsl::lease_owner.eq(lease_owner))
+                .filter(dsl::status.eq(IN_PROGRESS))
+                .set(dsl::lease_expires_at.eq(now))
+                .execute(c)
+                .await?;
+            diesel::QueryResult::Ok(completed + claimed)
         })?;
         Ok(updated == 1)
     }

@@ -165,7 +165,7 @@ mod tests {
         StoredResponse {
             status: 200,
             content_type: "application/json".into(),
-            body: body.as_bytes().to_vec(),
+            body: bytes::Bytes::copy_from_slice(body.as_bytes()),
             location: None,
         }
     }
@@ -186,7 +186,7 @@ mod tests {
         cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
         let hit = cache.get("shop", "msg_1").expect("a hit");
         assert_eq!(hit.request_hash, "h1");
-        assert_eq!(hit.response.body, b"{}");
+        assert_eq!(hit.response.body, &b"{}"[..]);
         assert!(cache.get("other", "msg_1").is_none());
         // The separator keeps ("a", "b\0c") and ("a\0b", "c") apart.
         cache.remember("a", "b", "h", at(), &response("1"));
@@ -194,8 +194,19 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_shares_the_remembered_body_rather_than_copying_it() {
+        let cache = ReplayCache::new(&ReplayCacheOptions::default(), system());
+        let stored = response("{\"ok\":true}");
+        cache.remember("shop", "msg_1", "h1", at(), &stored);
+        let hit = cache.get("shop", "msg_1").expect("a hit");
+        assert_eq!(hit.response.body.as_ptr(), stored.body.as_ptr());
+        let replayed = hit.response.clone();
+        assert_eq!(replayed.body.as_ptr(), stored.body.as_ptr());
+    }
+
+    #[test]
     fn forget_and_the_ttl_end_an_entry() {
-        let clock = ManualClock::starting_now();
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
         let cache = ReplayCache::new(
             &ReplayCacheOptions {
                 bytes: 1 << 20,
@@ -216,7 +227,7 @@ mod tests {
 
     #[test]
     fn an_entry_cached_before_the_clock_was_set_back_is_not_trusted() {
-        let clock = ManualClock::starting_now();
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
         let cache = ReplayCache::new(&ReplayCacheOptions::default(), clock.shared());
         cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
         clock.set(clock.now() - chrono::TimeDelta::seconds(1));

@@ -10,15 +10,20 @@
 //! be confidential.
 //!
 //! The recorder is process-wide ([`install`]); until it is installed (the
-//! operator commands, unit tests) every helper is a cheap no-op.
+//! operator commands, unit tests) every helper is a cheap no-op. Each
+//! metric's handle is made once per label set and kept (see `Handles`).
 
 use crate::bearer;
 use crate::secret::Secret;
 use crate::store::{Backend, Store};
 use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
+use metrics::{Counter, Histogram, Label};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use std::sync::OnceLock;
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 pub const DELIVERIES_RECEIVED: &str = "ir_webhook_deliveries_received_total";
@@ -100,6 +105,8 @@ pub fn install() -> PrometheusHandle {
                 tracing::warn!("another metrics recorder is installed; /metrics will stay empty");
             }
             describe();
+            // After the recorder: handles made before it would be no-ops.
+            let _ = HANDLES.set(Handles::new());
             spawn_upkeep(handle.clone());
             handle
         })
@@ -200,53 +207,203 @@ fn describe() {
     );
 }
 
-fn answered(endpoint: &str, provider: &'static str, outcome: &'static str, elapsed: Duration) {
-    ::metrics::histogram!(
-        PROCESSING_SECONDS,
-        "endpoint" => endpoint.to_owned(),
-        "provider" => provider,
-        "outcome" => outcome
-    )
-    .record(elapsed.as_secs_f64());
+/// The outcomes a delivery's latency is recorded under.
+const ANSWERS: [&str; 6] = [
+    "rejected",
+    "processed",
+    "replayed",
+    "in_progress",
+    "key_reused",
+    "failed",
+];
+
+/// Handles made on first use of a label value, then reused: recording an
+/// event is then a read lock, a lookup by `&str` and an atomic add, where
+/// `counter!(...)` would build and hash a key with freshly allocated labels
+/// on every call. Label values are bounded (see the module's header), so
+/// the map is too.
+struct Made<K, H> {
+    made: RwLock<HashMap<K, H>>,
+}
+
+impl<K: Eq + Hash, H: Clone> Default for Made<K, H> {
+    fn default() -> Self {
+        Made {
+            made: RwLock::default(),
+        }
+    }
+}
+
+impl<K: Eq + Hash, H: Clone> Made<K, H> {
+    fn get<Q>(&self, label: &Q, make: impl FnOnce() -> H) -> H
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq + Hash + ToOwned<Owned = K>,
+    {
+        if let Some(handle) = self.made.read().ok().and_then(|m| m.get(label).cloned()) {
+            return handle;
+        }
+        match self.made.write() {
+            Ok(mut made) => made.entry(label.to_owned()).or_insert_with(make).clone(),
+            // Poisoned: record through a handle of our own rather than not.
+            Err(_) => make(),
+        }
+    }
+}
+
+/// Everything counted for one webhook endpoint, made once per endpoint.
+struct EndpointHandles {
+    received: Counter,
+    verified: Counter,
+    processed: Counter,
+    replayed: Counter,
+    in_progress: Counter,
+    key_reused: Counter,
+    /// By outcome, in the order of [`ANSWERS`].
+    latency: [Histogram; ANSWERS.len()],
+    rejected: Made<String, Counter>,
+    failed: Made<String, Counter>,
+    endpoint: String,
+    provider: &'static str,
+}
+
+impl EndpointHandles {
+    fn new(endpoint: &str, provider: &'static str) -> EndpointHandles {
+        let labels = || {
+            [
+                Label::new("endpoint", endpoint.to_owned()),
+                Label::new("provider", provider),
+            ]
+        };
+        let counter = |name| ::metrics::counter!(name, labels().iter());
+        let conflict = |kind: Conflict| ::metrics::counter!(CONFLICTS, "endpoint" => endpoint.to_owned(), "provider" => provider, "kind" => kind.label());
+        EndpointHandles {
+            received: counter(DELIVERIES_RECEIVED),
+            verified: counter(DELIVERIES_VERIFIED),
+            processed: counter(DELIVERIES_PROCESSED),
+            replayed: counter(DELIVERIES_REPLAYED),
+            in_progress: conflict(Conflict::InProgress),
+            key_reused: conflict(Conflict::KeyReused),
+            latency: ANSWERS.map(|outcome| {
+                ::metrics::histogram!(PROCESSING_SECONDS, "endpoint" => endpoint.to_owned(), "provider" => provider, "outcome" => outcome)
+            }),
+            rejected: Made::default(),
+            failed: Made::default(),
+            endpoint: endpoint.to_owned(),
+            provider,
+        }
+    }
+
+    fn answered(&self, outcome: &str, elapsed: Duration) {
+        if let Some(i) = ANSWERS.iter().position(|a| *a == outcome) {
+            self.latency[i].record(elapsed.as_secs_f64());
+        }
+    }
+
+    /// `name`'s counter for `reason` (a problem type's suffix: a bounded
+    /// set), kept in `made`.
+    fn by_reason(&self, made: &Made<String, Counter>, name: &'static str, reason: &str) -> Counter {
+        made.get(reason, || {
+            ::metrics::counter!(name, "endpoint" => self.endpoint.clone(), "provider" => self.provider, "reason" => reason.to_owned())
+        })
+    }
+}
+
+/// The handles of every metric the receiver records. Made by [`install`],
+/// so that no handle is taken from the no-op recorder that stands in
+/// before it.
+///
+/// A new metric: its name as a `const` above, a line in `describe`, a
+/// handle here (a field made in [`Handles::new`] for fixed labels, or a
+/// [`Made`] map for a bounded label read from the request), and a helper
+/// below that records through it.
+struct Handles {
+    endpoints: Made<String, Arc<EndpointHandles>>,
+    lease_takeovers: Counter,
+    purged_completed: Counter,
+    purged_abandoned: Counter,
+    reconciled: Made<&'static str, Counter>,
+    admin_login_limited: Made<&'static str, Counter>,
+    client_keys: Made<String, Arc<ByOutcome>>,
+    http: Made<String, Arc<ByMethodAndStatus>>,
+}
+
+/// One route pattern's client-key requests, by outcome.
+type ByOutcome = Made<&'static str, Counter>;
+/// One route pattern's HTTP requests, by method and status.
+type ByMethodAndStatus = Made<(&'static str, u16), Counter>;
+
+impl Handles {
+    fn new() -> Handles {
+        Handles {
+            endpoints: Made::default(),
+            lease_takeovers: ::metrics::counter!(LEASE_TAKEOVERS),
+            purged_completed: ::metrics::counter!(PURGE_DELETED, "kind" => "completed"),
+            purged_abandoned: ::metrics::counter!(PURGE_DELETED, "kind" => "abandoned"),
+            reconciled: Made::default(),
+            admin_login_limited: Made::default(),
+            client_keys: Made::default(),
+            http: Made::default(),
+        }
+    }
+
+    fn endpoint(&self, endpoint: &str, provider: &'static str) -> Arc<EndpointHandles> {
+        self.endpoints.get(endpoint, || {
+            Arc::new(EndpointHandles::new(endpoint, provider))
+        })
+    }
+}
+
+static HANDLES: OnceLock<Handles> = OnceLock::new();
+
+/// The handles, once [`install`] made them; until then every helper does
+/// nothing.
+fn handles() -> Option<&'static Handles> {
+    HANDLES.get()
+}
+
+fn for_endpoint(endpoint: &str, provider: &'static str) -> Option<Arc<EndpointHandles>> {
+    handles().map(|h| h.endpoint(endpoint, provider))
 }
 
 /// A delivery reached a configured endpoint.
 pub fn delivery_received(endpoint: &str, provider: &'static str) {
-    ::metrics::counter!(DELIVERIES_RECEIVED, "endpoint" => endpoint.to_owned(), "provider" => provider)
-        .increment(1);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        h.received.increment(1);
+    }
 }
 
 /// Its signature (and timestamp, and key) checked out.
 pub fn delivery_verified(endpoint: &str, provider: &'static str) {
-    ::metrics::counter!(DELIVERIES_VERIFIED, "endpoint" => endpoint.to_owned(), "provider" => provider)
-        .increment(1);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        h.verified.increment(1);
+    }
 }
 
 /// It was refused before the engine saw it; `reason` is the problem type's
 /// suffix (`invalid-signature`, `payload-too-large`, ...).
 pub fn delivery_rejected(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
-    ::metrics::counter!(
-        DELIVERIES_REJECTED,
-        "endpoint" => endpoint.to_owned(),
-        "provider" => provider,
-        "reason" => reason.to_owned()
-    )
-    .increment(1);
-    answered(endpoint, provider, "rejected", elapsed);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        h.by_reason(&h.rejected, DELIVERIES_REJECTED, reason)
+            .increment(1);
+        h.answered("rejected", elapsed);
+    }
 }
 
 /// Its handlers ran and the answer was stored.
 pub fn delivery_processed(endpoint: &str, provider: &'static str, elapsed: Duration) {
-    ::metrics::counter!(DELIVERIES_PROCESSED, "endpoint" => endpoint.to_owned(), "provider" => provider)
-        .increment(1);
-    answered(endpoint, provider, "processed", elapsed);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        h.processed.increment(1);
+        h.answered("processed", elapsed);
+    }
 }
 
 /// A repeat got the stored answer.
 pub fn delivery_replayed(endpoint: &str, provider: &'static str, elapsed: Duration) {
-    ::metrics::counter!(DELIVERIES_REPLAYED, "endpoint" => endpoint.to_owned(), "provider" => provider)
-        .increment(1);
-    answered(endpoint, provider, "replayed", elapsed);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        h.replayed.increment(1);
+        h.answered("replayed", elapsed);
+    }
 }
 
 /// It was answered 409 without running.
@@ -256,75 +413,99 @@ pub fn delivery_conflict(
     kind: Conflict,
     elapsed: Duration,
 ) {
-    ::metrics::counter!(
-        CONFLICTS,
-        "endpoint" => endpoint.to_owned(),
-        "provider" => provider,
-        "kind" => kind.label()
-    )
-    .increment(1);
-    answered(endpoint, provider, kind.label(), elapsed);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        match kind {
+            Conflict::InProgress => h.in_progress.increment(1),
+            Conflict::KeyReused => h.key_reused.increment(1),
+        }
+        h.answered(kind.label(), elapsed);
+    }
 }
 
 /// It failed after verification (a handler failed, the database was
 /// unavailable, the lease was lost) and the key was released; `reason` is
 /// the answer's problem type suffix or `lease-lost`.
 pub fn delivery_failed(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
-    ::metrics::counter!(
-        DELIVERIES_FAILED,
-        "endpoint" => endpoint.to_owned(),
-        "provider" => provider,
-        "reason" => reason.to_owned()
-    )
-    .increment(1);
-    answered(endpoint, provider, "failed", elapsed);
+    if let Some(h) = for_endpoint(endpoint, provider) {
+        h.by_reason(&h.failed, DELIVERIES_FAILED, reason)
+            .increment(1);
+        h.answered("failed", elapsed);
+    }
 }
 
 /// A claim whose lease had expired was taken over. No label: the engine
 /// sees scopes, and a client-key scope may name a tenant.
 pub fn lease_taken_over() {
-    ::metrics::counter!(LEASE_TAKEOVERS).increment(1);
+    if let Some(h) = handles() {
+        h.lease_takeovers.increment(1);
+    }
 }
 
 /// The purge deleted `completed` finished keys and `abandoned` expired claims.
 pub fn purge_deleted(completed: u64, abandoned: u64) {
-    ::metrics::counter!(PURGE_DELETED, "kind" => "completed").increment(completed);
-    ::metrics::counter!(PURGE_DELETED, "kind" => "abandoned").increment(abandoned);
+    if let Some(h) = handles() {
+        h.purged_completed.increment(completed);
+        h.purged_abandoned.increment(abandoned);
+    }
 }
 
 /// What the reconciler did with one abandoned claim: `completed`,
 /// `released`, `unknown` or `skipped`.
 pub fn reconciled(outcome: &'static str) {
-    ::metrics::counter!(RECONCILE_OUTCOMES, "outcome" => outcome).increment(1);
+    if let Some(h) = handles() {
+        h.reconciled
+            .get(
+                &outcome,
+                || ::metrics::counter!(RECONCILE_OUTCOMES, "outcome" => outcome),
+            )
+            .increment(1);
+    }
 }
 
 /// A request through the `Idempotency-Key` middleware, by its route
 /// *pattern* (`/payments`) and what became of it.
 pub fn client_key_request(route: &str, outcome: &'static str) {
-    ::metrics::counter!(
-        CLIENT_KEY_REQUESTS,
-        "route" => route.to_owned(),
-        "outcome" => outcome
-    )
-    .increment(1);
+    let Some(h) = handles() else {
+        return;
+    };
+    h.client_keys
+        .get(route, Arc::default)
+        .get(&outcome, || {
+            ::metrics::counter!(CLIENT_KEY_REQUESTS, "route" => route.to_owned(), "outcome" => outcome)
+        })
+        .increment(1);
 }
 
 /// An answered HTTP request. `route` must be a pattern or a fixed word
 /// (`unmatched`), never a raw path.
 pub fn http_request(method: &'static str, route: &str, status: u16) {
-    ::metrics::counter!(
-        HTTP_REQUESTS,
-        "method" => method,
-        "route" => route.to_owned(),
-        "status" => status.to_string()
-    )
-    .increment(1);
+    let Some(h) = handles() else {
+        return;
+    };
+    h.http
+        .get(route, Arc::default)
+        .get(&(method, status), || {
+            ::metrics::counter!(
+                HTTP_REQUESTS,
+                "method" => method,
+                "route" => route.to_owned(),
+                "status" => status.to_string()
+            )
+        })
+        .increment(1);
 }
 
 /// An admin credential (a log-in, a bearer token) was refused without being
 /// looked at: `scope` is `address` or `global`, whichever limit was reached.
 pub fn admin_login_limited(scope: &'static str) {
-    ::metrics::counter!(ADMIN_LOGIN_LIMITED, "scope" => scope).increment(1);
+    if let Some(h) = handles() {
+        h.admin_login_limited
+            .get(
+                &scope,
+                || ::metrics::counter!(ADMIN_LOGIN_LIMITED, "scope" => scope),
+            )
+            .increment(1);
+    }
 }
 
 /// Samples the pool's gauges; called when `/metrics` is scraped, so that
@@ -480,5 +661,21 @@ mod tests {
         let error = MetricsSettings::parse(None, &env).unwrap_err();
         assert_eq!(error.key, TOKEN_ENV);
         assert!(error.from_environment);
+    }
+
+    #[test]
+    fn a_handle_is_made_once_per_label_value_and_then_reused() {
+        let made: Made<String, Arc<u32>> = Made::default();
+        let mut makes = 0;
+        let mut make = |n| {
+            makes += 1;
+            Arc::new(n)
+        };
+        let first = made.get("shop", || make(1));
+        let again = made.get("shop", || make(2));
+        let other = made.get("github", || make(3));
+        assert!(Arc::ptr_eq(&first, &again), "the same handle");
+        assert_eq!((*again, *other), (1, 3));
+        assert_eq!(makes, 2, "one per label value");
     }
 }

@@ -244,7 +244,7 @@ fn count(
     elapsed: Duration,
 ) {
     match result {
-        Ok(Outcome::Processed(_)) => metrics::delivery_processed(endpoint, provider, elapsed),
+        Ok(Outcome::Fresh(_)) => metrics::delivery_processed(endpoint, provider, elapsed),
         Ok(Outcome::Replayed(_)) => metrics::delivery_replayed(endpoint, provider, elapsed),
         Ok(Outcome::InProgress { .. }) => {
             metrics::delivery_conflict(endpoint, provider, Conflict::InProgress, elapsed)

@@ -60,7 +60,7 @@ impl RunHandlers {
                 OperationError::Rejected(StoredResponse {
                     status: problem.status,
                     content_type: CONTENT_TYPE_PROBLEM.into(),
-                    body: problem.body(),
+                    body: problem.body().into(),
                     location: None,
                 })
             }
@@ -117,7 +117,9 @@ impl Operation for RunHandlers {
         Ok(StoredResponse {
             status: 200,
             content_type: "application/json".into(),
-            body: serde_json::to_vec(&body).map_err(|e| OperationError::Failed(e.into()))?,
+            body: serde_json::to_vec(&body)
+                .map_err(|e| OperationError::Failed(e.into()))?
+                .into(),
             location: None,
         })
     }

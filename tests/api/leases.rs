@@ -25,6 +25,12 @@ struct Downstream {
     answers: Arc<Mutex<HashMap<String, Value>>>,
     /// How many of the next requests get a 500.
     failures: Arc<AtomicUsize>,
+    /// Requests with this key wait for [`Downstream::release`] before they
+    /// are answered: an outside call in flight for as long as a test needs.
+    held: Arc<Mutex<Option<String>>>,
+    /// Told when a held request has arrived.
+    arrived: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
 }
 
 impl Downstream {
@@ -60,6 +66,11 @@ async fn ingest(req: HttpRequest, body: String, downstream: web::Data<Downstream
         .lock()
         .unwrap()
         .push((key.clone(), body.clone()));
+    let held = downstream.held.lock().unwrap().as_deref() == Some(key.as_str());
+    if held {
+        downstream.arrived.notify_one();
+        downstream.release.notified().await;
+    }
     if downstream
         .failures
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -80,10 +91,19 @@ async fn ingest(req: HttpRequest, body: String, downstream: web::Data<Downstream
 }
 
 async fn forwarding_app(backend: Backend, downstream: &Downstream) -> Option<TestApp> {
+    forwarding_app_with_timeout(backend, downstream, "2s").await
+}
+
+/// A forwarder whose calls may take up to `timeout`.
+async fn forwarding_app_with_timeout(
+    backend: Backend,
+    downstream: &Downstream,
+    timeout: &str,
+) -> Option<TestApp> {
     let url = downstream.start().await;
     TestApp::builder(backend)
         .endpoints_toml(&format!(
-            "[forwarders.downstream]\nurl = {url:?}\ntimeout = \"2s\"\nretries = 1\n"
+            "[forwarders.downstream]\nurl = {url:?}\ntimeout = {timeout:?}\nretries = 1\n"
         ))
         .handler_name("downstream")
         .spawn_if_available()
@@ -357,7 +377,7 @@ fn answer(by: &str) -> StoredResponse {
     StoredResponse {
         status: 200,
         content_type: "text/plain".into(),
-        body: by.as_bytes().to_vec(),
+        body: by.as_bytes().to_vec().into(),
         location: None,
     }
 }
@@ -549,4 +569,101 @@ async fn an_operator_reprocesses_a_delivery_after_a_bug_fix_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_reprocesses_a_delivery_after_a_bug_fix_postgres() {
     reprocessing(Backend::Postgres).await;
+}
+
+async fn reprocessing_a_forward(backend: Backend) {
+    let downstream = Downstream::default();
+    // Long enough that the held forward below never times out.
+    let Some(app) = forwarding_app_with_timeout(backend, &downstream, "60s").await else {
+        return;
+    };
+    // Not a payment: running it again must not double a ledger entry.
+    let body = serde_json::to_vec(&json!({"type": "note", "data": {"text": "again"}})).unwrap();
+    let first = app.deliver("msg_again", &body).await;
+    assert_eq!(first.status(), 200);
+    let first_bytes = first.bytes().await.unwrap();
+
+    // A reprocessing whose forward fails leaves the earlier answer in place
+    // and the key free: repeats replay it, and the next reprocessing runs.
+    downstream.failures.store(2, Ordering::SeqCst);
+    let failed = maintenance::reprocess(&app.webhooks(), ENDPOINT, "msg_again", "alice").await;
+    assert!(
+        matches!(failed, Err(maintenance::ReprocessError::Failed(_))),
+        "{failed:?}"
+    );
+    let row = app.delivery("msg_again").await.unwrap();
+    assert_eq!(row.status, "completed");
+    assert_eq!(row.response_body.as_deref(), Some(&first_bytes[..]));
+    assert_eq!(row.lease_owner, None, "the reprocessing's lease is gone");
+    let repeat = app.deliver("msg_again", &body).await;
+    assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+    assert_eq!(repeat.bytes().await.unwrap(), first_bytes);
+
+    // While a reprocessing's forward is in flight, nothing of the database
+    // is held: a fresh delivery is processed (on SQLite, through the one
+    // write slot), a repeat gets the earlier answer, and a second operator
+    // is told the key is busy.
+    *downstream.held.lock().unwrap() = Some("shop:msg_again".into());
+    let webhooks = app.webhooks();
+    let reprocessing = maintenance::reprocess(&webhooks, ENDPOINT, "msg_again", "bob");
+    let meanwhile = async {
+        downstream.arrived.notified().await;
+        let fresh = tokio::time::timeout(
+            Duration::from_secs(20),
+            app.deliver("msg_other", &payment("pay_other", 5)),
+        )
+        .await
+        .expect("a fresh delivery is not held up by a reprocessing");
+        assert_eq!(fresh.status(), 200);
+        let repeat = app.deliver("msg_again", &body).await;
+        assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+        assert_eq!(repeat.bytes().await.unwrap(), first_bytes);
+        assert!(matches!(
+            maintenance::reprocess(&webhooks, ENDPOINT, "msg_again", "carol").await,
+            Err(maintenance::ReprocessError::Busy)
+        ));
+        downstream.release.notify_one();
+    };
+    let (reprocessed, ()) = tokio::join!(reprocessing, meanwhile);
+    let response = reprocessed.unwrap();
+    assert_eq!(response.status, 200);
+    let answer: Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(answer["attempt"], 2);
+    assert_eq!(answer["effects"]["downstream"]["status"], 201);
+    assert_eq!(app.ledger_rows().await, 1, "the fresh delivery's");
+
+    let row = app.delivery("msg_again").await.unwrap();
+    assert_eq!(row.attempts, 2);
+    assert_eq!(row.lease_owner, None);
+    assert_eq!(row.response_body.as_deref(), Some(&response.body[..]));
+    let repeat = app.deliver("msg_again", &body).await;
+    assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+    assert_eq!(repeat.bytes().await.unwrap(), response.body);
+
+    let mut conn = app.store.conn().await.unwrap();
+    let history: Vec<_> = conn
+        .history(ENDPOINT, "msg_again")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| (h.kind, h.actor.unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            ("reprocess-failed".to_owned(), "alice".to_owned()),
+            ("reprocessed".to_owned(), "bob".to_owned()),
+        ]
+    );
+    drop(conn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reprocessing_holds_no_transaction_while_it_forwards_sqlite() {
+    reprocessing_a_forward(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reprocessing_holds_no_transaction_while_it_forwards_postgres() {
+    reprocessing_a_forward(Backend::Postgres).await;
 }

@@ -53,6 +53,7 @@ pub mod bearer;
 pub mod body;
 pub mod client;
 pub mod client_keys;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod duration_text;

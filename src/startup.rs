@@ -7,7 +7,7 @@ use crate::duration_text::format_duration;
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
-use crate::maintenance::{PurgeTask, short_retentions};
+use crate::maintenance::{PurgeTask, ReconcileTask, short_retentions};
 use crate::payments;
 use crate::problem;
 use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
@@ -154,6 +154,7 @@ pub struct Application {
     server: Server,
     store: Store,
     purge: Option<PurgeTask>,
+    reconcile: Option<ReconcileTask>,
     /// The admin surface's own server, when `admin_listen` is set.
     admin: Option<(Server, u16)>,
 }
@@ -208,10 +209,7 @@ impl Application {
             (Some(address), Some(admin)) => (None, Some((admin, bind(address)?))),
             (_, admin) => (admin, None),
         };
-        if !settings.reconcile_interval.is_zero() {
-            crate::maintenance::reconcile_every(webhooks.clone(), settings.reconcile_interval)
-                .map_err(listen_error)?;
-        }
+        let reconcile = ReconcileTask::new(webhooks.clone(), settings.reconcile_interval);
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
@@ -299,6 +297,7 @@ impl Application {
             server,
             store,
             purge,
+            reconcile,
             admin,
         })
     }
@@ -320,9 +319,13 @@ impl Application {
         &self.server
     }
 
-    /// Serves until the server stops, running the background purge beside
-    /// it (see [`PurgeTask`]); the purge stops with the server.
+    /// Serves until the server stops, running the background purge and the
+    /// reconciler beside it (see [`PurgeTask`], [`ReconcileTask`]); both
+    /// stop with the server.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        // First the one that can fail to start, so that nothing is left
+        // running when it does.
+        let reconciler = self.reconcile.map(ReconcileTask::spawn).transpose()?;
         let purge = self.purge.map(PurgeTask::spawn);
         // The admin server lives as long as the main one, and no longer.
         let admin = self.admin.map(|(server, _)| {
@@ -332,6 +335,9 @@ impl Application {
         let stopped = self.server.await;
         if let Some(purge) = purge {
             purge.abort();
+        }
+        if let Some(reconciler) = reconciler {
+            reconciler.stop().await;
         }
         if let Some((task, handle)) = admin {
             handle.stop(true).await;

@@ -1,6 +1,6 @@
 use super::{EngineError, Operation, OperationError, Outcome};
 use crate::store::{Claimed, DbConn, Store, StoreError, StoredResponse, Transaction};
-use chrono::{NaiveDateTime, TimeDelta, Utc};
+use chrono::{NaiveDateTime, TimeDelta};
 use std::time::Duration;
 
 /// What a request for a key gets from [`super::Engine::claim`]: the key to
@@ -159,6 +159,11 @@ impl Lease {
         }
     }
 
+    /// Now, by the store's clock.
+    fn now(&self) -> NaiveDateTime {
+        self.store.clock().naive_now()
+    }
+
     /// Renews the lease every third of its length until the returned task is
     /// aborted, or until a renewal finds the claim taken over.
     pub fn keep_alive(&self, lease: Duration) -> tokio::task::JoinHandle<()> {
@@ -170,7 +175,7 @@ impl Lease {
             let every = (lease / 3).max(Duration::from_millis(100));
             loop {
                 tokio::time::sleep(every).await;
-                let until = Utc::now().naive_utc() + length;
+                let until = store.clock().naive_now() + length;
                 let renewed = match store.conn().await {
                     Ok(mut conn) => {
                         conn.renew_lease(&scope, &claimed.delivery_id, &claimed.lease_owner, until)
@@ -229,14 +234,14 @@ impl Lease {
         match &self.purpose {
             Purpose::Claim | Purpose::Reconcile => {
                 if conn.release_claim(scope, id, owner).await? {
-                    conn.record_history(scope, id, "released", None, reason)
+                    conn.record_history(scope, id, "released", None, reason, self.now())
                         .await?;
                 }
             }
             Purpose::Reprocess { actor } => {
-                let now = Utc::now().naive_utc();
+                let now = self.now();
                 if conn.end_reprocess(scope, id, owner, now).await? {
-                    conn.record_history(scope, id, "reprocess-failed", Some(actor), reason)
+                    conn.record_history(scope, id, "reprocess-failed", Some(actor), reason, now)
                         .await?;
                 }
             }
@@ -252,7 +257,7 @@ impl Lease {
         conn: &mut DbConn,
         response: &StoredResponse,
     ) -> Result<bool, StoreError> {
-        let now = Utc::now().naive_utc();
+        let now = self.now();
         let (scope, id, owner) = (
             &self.scope,
             &self.claimed.delivery_id,
@@ -277,7 +282,7 @@ impl Lease {
         };
         if let (true, Some((kind, actor))) = (completed, note) {
             let detail = format!("answered {}", response.status);
-            conn.record_history(scope, id, kind, Some(actor), Some(&detail))
+            conn.record_history(scope, id, kind, Some(actor), Some(&detail), now)
                 .await?;
         }
         Ok(completed)

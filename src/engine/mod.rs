@@ -20,7 +20,7 @@ pub use outcome::{EngineError, Operation, OperationError, Outcome};
 use crate::store::{
     Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,
 };
-use chrono::{NaiveDateTime, TimeDelta, Utc};
+use chrono::{NaiveDateTime, TimeDelta};
 use claim::Purpose;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,6 +132,12 @@ impl Engine {
         &self.inner.options
     }
 
+    /// Now, by the store's clock: the one every lease and retention is
+    /// judged by.
+    fn now(&self) -> NaiveDateTime {
+        self.store().clock().naive_now()
+    }
+
     /// Runs `operation` exactly once for `request`'s key, or answers from what
     /// is stored. Repeats that find the key busy wait up to `in_progress_wait`.
     #[tracing::instrument(skip_all, fields(scope = %request.scope, key = %request.key))]
@@ -215,7 +221,7 @@ impl Engine {
         actor: &str,
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
-        let now = now();
+        let now = self.now();
         let owner = format!("reprocess/{actor}/{}", self.new_owner());
         let until = now + to_delta(self.inner.options.lease);
         let mut tx = self.store().begin().await?;
@@ -314,7 +320,7 @@ impl Engine {
         // connection: this read never decides to run anything.
         let mut conn = self.store().conn().await?;
         if let Some(row) = lookup(&mut conn, request).await? {
-            match self.judge(&row, request, now())? {
+            match self.judge(&row, request, self.now())? {
                 Verdict::Replay(stored) => return Ok(Outcome::Replayed(stored)),
                 Verdict::Mismatch => return Ok(Outcome::Mismatch),
                 Verdict::Busy(retry_after) => return Ok(Outcome::InProgress { retry_after }),
@@ -398,7 +404,7 @@ impl Engine {
             .store()
             .replay_cache()
             .get(&request.scope, &request.key)?;
-        match self.judge_completed(&hit.request_hash, hit.received_at, request, now()) {
+        match self.judge_completed(&hit.request_hash, hit.received_at, request, self.now()) {
             None => Some(Outcome::Replayed(hit.response.clone())),
             Some(Verdict::Mismatch) => Some(Outcome::Mismatch),
             // Past the retention: the database decides what happens.
@@ -418,7 +424,7 @@ impl Engine {
         conn: &mut DbConn,
         request: &ClaimRequest,
     ) -> Result<Outcome<Won>, EngineError> {
-        let now = now();
+        let now = self.now();
         let owner = self.new_owner();
         let claim = NewClaim {
             endpoint: &request.scope,
@@ -559,10 +565,6 @@ async fn lookup(
 fn retry_after(remaining: Duration, lease: Duration) -> Duration {
     let second = Duration::from_secs(1);
     remaining.min(lease).max(second)
-}
-
-fn now() -> NaiveDateTime {
-    Utc::now().naive_utc()
 }
 
 fn to_delta(duration: Duration) -> TimeDelta {

@@ -79,7 +79,12 @@ impl ReplayTally {
             return;
         }
         if full {
-            tracing::debug!(scope = %request.scope, key = %request.key, "replay not counted: too many keys at once");
+            // The scope carries a tenant header and the key a client's text.
+            tracing::debug!(
+                scope = %crate::log_text::escaped(&request.scope),
+                key = %crate::log_text::escaped(&request.key),
+                "replay not counted: too many keys at once"
+            );
             return;
         }
         shard.keys += 1;

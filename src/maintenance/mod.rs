@@ -21,7 +21,7 @@ mod schedule;
 
 pub use policy::RetentionPolicy;
 pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge};
-pub use reconcile::{ReconcileReport, reconcile, reconcile_every};
+pub use reconcile::{ReconcileReport, ReconcileTask, Reconciler, reconcile};
 pub use report::{PurgeReport, ScopeCounts};
 pub use reprocess::{ReprocessError, reprocess};
 pub use retention_check::{ShortRetention, short_retentions};

@@ -27,7 +27,7 @@ pub struct ReconcileReport {
 /// One pass over up to `limit` abandoned claims.
 pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileReport, EngineError> {
     let engine = webhooks.engine();
-    let now = chrono::Utc::now().naive_utc();
+    let now = engine.store().clock().naive_now();
     let stale = engine
         .store()
         .conn()
@@ -115,24 +115,71 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
     Ok(report)
 }
 
-/// Reconciles every `interval` on a thread of its own until the process
-/// ends. Handlers' futures are not `Send` (actix runs each worker on one
-/// thread), so the loop gets a single-threaded runtime rather than a task on
-/// a multi-threaded one.
-pub fn reconcile_every(webhooks: Webhooks, interval: Duration) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    std::thread::Builder::new()
-        .name("reconciler".into())
-        .spawn(move || runtime.block_on(reconcile_loop(webhooks, interval)))?;
-    Ok(())
+/// The background reconciler `serve` runs every `reconcile_interval`, started
+/// and stopped with the server like the [`super::PurgeTask`]. Handlers'
+/// futures are not `Send` (actix runs each worker on one thread), so the loop
+/// is polled on a thread of its own rather than as a task of a
+/// multi-threaded runtime.
+pub struct ReconcileTask {
+    webhooks: Webhooks,
+    interval: Duration,
 }
 
-async fn reconcile_loop(webhooks: Webhooks, interval: Duration) {
+/// A running reconciler. Stopping it, or dropping it, ends the loop between
+/// two passes: a pass cut short would drop a query in flight, and with it a
+/// connection of the pool the server shares.
+pub struct Reconciler {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ReconcileTask {
+    /// The task, or `None` when `interval` is zero (reconciling is off).
+    pub fn new(webhooks: Webhooks, interval: Duration) -> Option<ReconcileTask> {
+        (!interval.is_zero()).then_some(ReconcileTask { webhooks, interval })
+    }
+
+    /// Starts the loop on a thread of its own, driven by the caller's tokio
+    /// runtime: the connections it opens (a PostgreSQL connection's task, a
+    /// SQLite connection's blocking calls) belong to that runtime and stay
+    /// usable in the shared pool after the reconciler stops, which they
+    /// would not if they belonged to a runtime of the reconciler's own.
+    pub fn spawn(self) -> std::io::Result<Reconciler> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("reconciler".into())
+            .spawn(move || runtime.block_on(reconcile_loop(self, stopped)))?;
+        Ok(Reconciler { stop, thread })
+    }
+}
+
+impl Reconciler {
+    /// Ends the loop (after the pass in progress, if any) and waits for its
+    /// thread to finish.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let thread = self.thread;
+        if tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .is_err()
+        {
+            tracing::warn!("the reconciler's thread could not be joined");
+        }
+    }
+}
+
+async fn reconcile_loop(task: ReconcileTask, mut stopped: tokio::sync::oneshot::Receiver<()>) {
     loop {
-        tokio::time::sleep(interval).await;
-        match reconcile(&webhooks, 100).await {
+        tokio::select! {
+            // First: a runtime that shuts down drops the handle before it
+            // stops its timers.
+            biased;
+            // A stop, or the handle dropped.
+            _ = &mut stopped => return,
+            () = tokio::time::sleep(task.interval) => {}
+        }
+        match reconcile(&task.webhooks, 100).await {
             Ok(report) if report.examined > 0 => {
                 tracing::info!(?report, "reconciled abandoned claims")
             }

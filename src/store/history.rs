@@ -31,11 +31,12 @@ impl DbConn {
         kind: &str,
         actor: Option<&str>,
         detail: Option<&str>,
+        at: chrono::NaiveDateTime,
     ) -> Result<(), StoreError> {
         let row = (
             dsl::endpoint.eq(endpoint),
             dsl::delivery_id.eq(delivery_id),
-            dsl::at.eq(chrono::Utc::now().naive_utc()),
+            dsl::at.eq(at),
             dsl::kind.eq(kind),
             dsl::actor.eq(actor),
             dsl::detail.eq(detail),

@@ -14,6 +14,7 @@ mod prepared;
 mod replay_cache;
 pub mod schema;
 
+use crate::clock::SharedClock;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 use diesel_async::{AsyncConnection, TransactionManager};
@@ -98,6 +99,7 @@ struct Shared {
     /// busy handler.
     write_gate: Option<Arc<tokio::sync::Mutex<()>>>,
     acquire_timeout: std::time::Duration,
+    clock: SharedClock,
 }
 
 /// Which backend a [`Store`] talks to.
@@ -162,6 +164,12 @@ impl Store {
                 self.shared.acquire_timeout
             ))),
         }
+    }
+
+    /// The one source of "now" for everything built on this store: leases,
+    /// retention, the replay cache and the timestamps written to rows.
+    pub fn clock(&self) -> &SharedClock {
+        &self.shared.clock
     }
 
     /// Completed keys this process has read, to answer repeats from memory.

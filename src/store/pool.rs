@@ -1,6 +1,7 @@
 use super::{
     DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
+use crate::clock::SharedClock;
 use diesel::ConnectionError;
 use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{
@@ -75,6 +76,8 @@ pub struct StoreOptions {
     pub statement_timeout: Duration,
     /// The in-process cache of completed keys.
     pub replay_cache: ReplayCacheOptions,
+    /// Where the store, and the engine above it, read "now".
+    pub clock: SharedClock,
 }
 
 impl Default for StoreOptions {
@@ -86,6 +89,7 @@ impl Default for StoreOptions {
             busy_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
             replay_cache: ReplayCacheOptions::default(),
+            clock: crate::clock::system(),
         }
     }
 }
@@ -159,7 +163,8 @@ impl Store {
             pools,
             shared: Arc::new(Shared {
                 url: url.clone(),
-                replays: ReplayCache::new(&options.replay_cache),
+                replays: ReplayCache::new(&options.replay_cache, options.clock.clone()),
+                clock: options.clock.clone(),
                 write_gate,
                 acquire_timeout: options.acquire_timeout,
             }),

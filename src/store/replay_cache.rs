@@ -12,11 +12,12 @@
 //! database.
 
 use super::StoredResponse;
-use chrono::NaiveDateTime;
+use crate::clock::SharedClock;
+use chrono::{DateTime, NaiveDateTime, Utc};
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What the engine needs of a completed row to answer a repeat.
 #[derive(Debug)]
@@ -24,7 +25,7 @@ pub struct CachedCompletion {
     pub request_hash: String,
     pub received_at: NaiveDateTime,
     pub response: StoredResponse,
-    cached_at: Instant,
+    cached_at: DateTime<Utc>,
 }
 
 /// The key of one entry: scope and key, separated by a byte that neither
@@ -68,6 +69,7 @@ impl Default for ReplayCacheOptions {
 pub struct ReplayCache {
     entries: Option<Cache<EntryKey, Arc<CachedCompletion>, BytesWeighter>>,
     ttl: Duration,
+    clock: SharedClock,
 }
 
 /// Responses larger than this are always read from the database: one of
@@ -75,7 +77,7 @@ pub struct ReplayCache {
 const LARGEST_ENTRY: usize = 64 * 1024;
 
 impl ReplayCache {
-    pub fn new(options: &ReplayCacheOptions) -> ReplayCache {
+    pub fn new(options: &ReplayCacheOptions, clock: SharedClock) -> ReplayCache {
         let entries = (options.bytes > 0 && !options.ttl.is_zero()).then(|| {
             // The estimate only sizes the initial tables: ~512 bytes an entry.
             let estimated = (options.bytes / 512).clamp(16, 1 << 20) as usize;
@@ -84,6 +86,7 @@ impl ReplayCache {
         ReplayCache {
             entries,
             ttl: options.ttl,
+            clock,
         }
     }
 
@@ -91,11 +94,10 @@ impl ReplayCache {
     pub fn get(&self, scope: &str, key: &str) -> Option<Arc<CachedCompletion>> {
         let entries = self.entries.as_ref()?;
         let entry = entries.get(entry_key(scope, key).as_str())?;
-        if entry.cached_at.elapsed() < self.ttl {
-            Some(entry)
-        } else {
-            None
-        }
+        // A clock set back since the entry was cached makes the age
+        // negative: treated as expired, so an entry never outlives its TTL.
+        let age = (self.clock.now() - entry.cached_at).to_std().ok()?;
+        (age < self.ttl).then_some(entry)
     }
 
     /// Remembers a row that was read from the database as completed.
@@ -117,7 +119,7 @@ impl ReplayCache {
             request_hash: request_hash.to_owned(),
             received_at,
             response: response.clone(),
-            cached_at: Instant::now(),
+            cached_at: self.clock.now(),
         };
         entries.insert(entry_key(scope, key), Arc::new(entry));
     }
@@ -157,6 +159,7 @@ fn entry_key(scope: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::{Clock, ManualClock};
 
     fn response(body: &str) -> StoredResponse {
         StoredResponse {
@@ -168,12 +171,18 @@ mod tests {
     }
 
     fn at() -> NaiveDateTime {
-        chrono::Utc::now().naive_utc()
+        DateTime::from_timestamp(1_800_000_000, 0)
+            .expect("a valid instant")
+            .naive_utc()
+    }
+
+    fn system() -> SharedClock {
+        crate::clock::system()
     }
 
     #[test]
     fn a_remembered_key_is_found_in_its_scope_only() {
-        let cache = ReplayCache::new(&ReplayCacheOptions::default());
+        let cache = ReplayCache::new(&ReplayCacheOptions::default(), system());
         cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
         let hit = cache.get("shop", "msg_1").expect("a hit");
         assert_eq!(hit.request_hash, "h1");
@@ -186,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_hit_shares_the_remembered_body_rather_than_copying_it() {
-        let cache = ReplayCache::new(&ReplayCacheOptions::default());
+        let cache = ReplayCache::new(&ReplayCacheOptions::default(), system());
         let stored = response("{\"ok\":true}");
         cache.remember("shop", "msg_1", "h1", at(), &stored);
         let hit = cache.get("shop", "msg_1").expect("a hit");
@@ -197,25 +206,43 @@ mod tests {
 
     #[test]
     fn forget_and_the_ttl_end_an_entry() {
-        let cache = ReplayCache::new(&ReplayCacheOptions {
-            bytes: 1 << 20,
-            ttl: Duration::from_millis(30),
-        });
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let cache = ReplayCache::new(
+            &ReplayCacheOptions {
+                bytes: 1 << 20,
+                ttl: Duration::from_millis(30),
+            },
+            clock.shared(),
+        );
         cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
         cache.remember("shop", "msg_2", "h2", at(), &response("{}"));
         cache.forget("shop", "msg_1");
         assert!(cache.get("shop", "msg_1").is_none());
         assert!(cache.get("shop", "msg_2").is_some());
-        std::thread::sleep(Duration::from_millis(40));
+        clock.advance(Duration::from_millis(29));
+        assert!(cache.get("shop", "msg_2").is_some(), "within the TTL");
+        clock.advance(Duration::from_millis(1));
         assert!(cache.get("shop", "msg_2").is_none(), "past the TTL");
     }
 
     #[test]
+    fn an_entry_cached_before_the_clock_was_set_back_is_not_trusted() {
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let cache = ReplayCache::new(&ReplayCacheOptions::default(), clock.shared());
+        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        clock.set(clock.now() - chrono::TimeDelta::seconds(1));
+        assert!(cache.get("shop", "msg_1").is_none());
+    }
+
+    #[test]
     fn the_byte_budget_bounds_what_is_held() {
-        let cache = ReplayCache::new(&ReplayCacheOptions {
-            bytes: 64 * 1024,
-            ttl: Duration::from_secs(60),
-        });
+        let cache = ReplayCache::new(
+            &ReplayCacheOptions {
+                bytes: 64 * 1024,
+                ttl: Duration::from_secs(60),
+            },
+            system(),
+        );
         let body = "x".repeat(900);
         for n in 0..1000 {
             cache.remember("shop", &format!("msg_{n}"), "h", at(), &response(&body));
@@ -229,10 +256,13 @@ mod tests {
 
     #[test]
     fn a_zero_budget_turns_the_cache_off() {
-        let cache = ReplayCache::new(&ReplayCacheOptions {
-            bytes: 0,
-            ttl: Duration::from_secs(60),
-        });
+        let cache = ReplayCache::new(
+            &ReplayCacheOptions {
+                bytes: 0,
+                ttl: Duration::from_secs(60),
+            },
+            system(),
+        );
         cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
         assert!(cache.get("shop", "msg_1").is_none());
     }

@@ -9,6 +9,7 @@ pub use operation::RunHandlers;
 pub use payload::{NUL_REPLACEMENT, parse_payload};
 pub use settings::EndpointSettings;
 
+use crate::clock::SharedClock;
 use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
 use crate::handlers::{Event, Handler};
 use crate::log_text::escaped;
@@ -20,7 +21,7 @@ use crate::telemetry::request_id::{AnswerLogged, millis};
 use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,16 +42,15 @@ pub struct Endpoint {
     pub retention: Option<Duration>,
 }
 
-/// The clock that signed timestamps are checked against.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
 /// The webhook face: the endpoints and the engine behind them. Mount it in an
 /// actix `App` with [`Webhooks::configure`].
 #[derive(Clone)]
 pub struct Webhooks {
     engine: Engine,
     endpoints: Arc<HashMap<String, Arc<Endpoint>>>,
-    clock: Clock,
+    /// The clock that signed timestamps are checked against: the store's,
+    /// unless [`Webhooks::with_clock`] fixed another.
+    clock: SharedClock,
 }
 
 impl Webhooks {
@@ -60,16 +60,17 @@ impl Webhooks {
             .map(|e| (e.name.clone(), Arc::new(e)))
             .collect();
         Webhooks {
+            clock: engine.store().clock().clone(),
             engine,
             endpoints: Arc::new(endpoints),
-            clock: Arc::new(Utc::now),
         }
     }
 
-    /// Checks signed timestamps against `clock` instead of the system clock:
+    /// Checks signed timestamps against `clock` instead of the store's:
     /// recorded fixtures and published vectors verify at their own time
-    /// while the tolerance stays on.
-    pub fn with_clock(mut self, clock: Clock) -> Webhooks {
+    /// while the tolerance stays on. Leases, retention and the rows'
+    /// timestamps still follow the store's clock.
+    pub fn with_clock(mut self, clock: SharedClock) -> Webhooks {
         self.clock = clock;
         self
     }
@@ -168,7 +169,15 @@ async fn answer(
         Ok(body) => body,
         Err(problem) => return refuse(problem, None),
     };
-    let (claim, event) = match verify(&endpoint, request.headers(), body, (webhooks.clock)()) {
+    let received_at = webhooks.engine().store().clock().naive_now();
+    let verified = verify(
+        &endpoint,
+        request.headers(),
+        body,
+        webhooks.clock.now(),
+        received_at,
+    );
+    let (claim, event) = match verified {
         Ok(verified) => verified,
         Err(rejection) => {
             return refuse(Problem::from(&rejection), Some(rejection.to_string()));
@@ -259,6 +268,7 @@ fn verify(
     headers: &HeaderMap,
     body: Bytes,
     now: DateTime<Utc>,
+    received_at: NaiveDateTime,
 ) -> Result<(ClaimRequest, Event), Rejection> {
     let signed = SignedRequest {
         headers,
@@ -287,7 +297,7 @@ fn verify(
         event_type,
         payload,
         raw: body,
-        received_at: Utc::now().naive_utc(),
+        received_at,
     };
     Ok((claim, event))
 }

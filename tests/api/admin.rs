@@ -9,6 +9,7 @@ use crate::{both_backends, both_backends_with};
 use chrono::TimeDelta;
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
+use idempotent_receiver::clock::Clock;
 use idempotent_receiver::store::NewClaim;
 use idempotent_receiver::store::schema::deliveries;
 use idempotent_receiver::with_conn;
@@ -220,10 +221,10 @@ both_backends_with!(admin;
         assert_eq!(answer.status(), 200);
         let answer: Value = answer.json().await.expect("a JSON answer");
         let mut conn = app.store.conn().await.expect("a connection");
-        conn.record_history(ENDPOINT, "msg_d1", "released", None, Some("downstream unreachable"))
+        conn.record_history(ENDPOINT, "msg_d1", "released", None, Some("downstream unreachable"), app.clock.naive_now())
             .await
             .expect("history is written");
-        conn.record_history(ENDPOINT, "msg_d1", "reprocessed", Some("alice"), None)
+        conn.record_history(ENDPOINT, "msg_d1", "reprocessed", Some("alice"), None, app.clock.naive_now())
             .await
             .expect("history is written");
         drop(conn);

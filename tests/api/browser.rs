@@ -6,6 +6,7 @@
 use crate::both_backends_with;
 use crate::cdp::{self, Browser};
 use crate::helpers::{ADMIN_TOKEN, ENDPOINT, TestApp, TestAppBuilder, payment};
+use idempotent_receiver::clock::Clock;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -69,6 +70,7 @@ async fn seed(app: &TestApp) {
         "released",
         None,
         Some("downstream <b>unreachable</b>"),
+        app.clock.naive_now(),
     )
     .await
     .expect("history is written");

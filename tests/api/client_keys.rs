@@ -172,7 +172,6 @@ async fn a_reused_key_can_be_configured_to_get_422() {
             .await;
         problem(other, 422, "key-reused").await;
         assert_eq!(payments(&app).await, 1);
-        app.teardown().await;
     }
 }
 
@@ -208,7 +207,6 @@ async fn the_same_key_on_another_route_or_tenant_is_independent() {
         assert_eq!(b["tenant"], "globex");
         assert_eq!(payments(&app).await, 3);
         assert_eq!(app.count("deliveries").await, 3);
-        app.teardown().await;
     }
 }
 
@@ -231,7 +229,6 @@ async fn a_handler_failure_releases_the_key_and_the_retry_runs_once() {
         let again = app.post_json("/flaky", Some(KEY), &[], &body).await;
         assert_eq!(again.headers()["idempotent-replayed"], "true");
         assert_eq!(payments(&app).await, 1);
-        app.teardown().await;
     }
 }
 
@@ -264,7 +261,6 @@ async fn after_the_retention_a_repeat_runs_again() {
             .post_json("/payments", Some(KEY), &[], &order(300))
             .await;
         assert_eq!(again.headers()["idempotent-replayed"], "true");
-        app.teardown().await;
     }
 }
 

@@ -1,5 +1,6 @@
 use crate::both_backends;
 use crate::helpers::{Backend, ENDPOINT, TestApp, payment, problem};
+use idempotent_receiver::clock::Clock;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::store::{DbConn, NewClaim};
 use serde_json::Value;
@@ -47,7 +48,6 @@ async fn handler_failure_releases_the_key(backend: Backend) {
     let again = app.deliver("msg_retry", &body).await;
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     assert_eq!(app.ledger_rows().await, 1);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +75,7 @@ async fn leave_claim(app: &TestApp, id: &str, body: &[u8], lease_end: chrono::Na
             attempts: 1,
             lease_owner: Some("pid1-dead/0000"),
             lease_expires_at: Some(lease_end),
-            received_at: chrono::Utc::now().naive_utc() - chrono::TimeDelta::minutes(5),
+            received_at: app.clock.naive_now() - chrono::TimeDelta::minutes(5),
             body_key: None,
             request_body: Some(body),
         })
@@ -87,7 +87,7 @@ async fn leave_claim(app: &TestApp, id: &str, body: &[u8], lease_end: chrono::Na
 both_backends! {
     async fn a_stale_claim_whose_lease_expired_is_taken_over_and_processed_once(app) {
         let body = payment("pay_stale", 800);
-        let expired = chrono::Utc::now().naive_utc() - chrono::TimeDelta::seconds(1);
+        let expired = app.clock.naive_now() - chrono::TimeDelta::seconds(1);
         leave_claim(app, "msg_stale", &body, expired).await;
 
         let response = app.deliver("msg_stale", &body).await;
@@ -108,7 +108,7 @@ both_backends! {
 both_backends! {
     async fn a_claim_with_a_live_lease_gets_409_with_retry_after_and_runs_nothing(app) {
         let body = payment("pay_busy", 800);
-        let live = chrono::Utc::now().naive_utc() + chrono::TimeDelta::seconds(30);
+        let live = app.clock.naive_now() + chrono::TimeDelta::seconds(30);
         leave_claim(app, "msg_busy", &body, live).await;
 
         let started = std::time::Instant::now();
@@ -129,7 +129,7 @@ both_backends! {
 
 both_backends! {
     async fn a_claim_of_another_payload_is_a_conflict_even_while_in_progress(app) {
-        let live = chrono::Utc::now().naive_utc() + chrono::TimeDelta::seconds(30);
+        let live = app.clock.naive_now() + chrono::TimeDelta::seconds(30);
         leave_claim(app, "msg_mixed", &payment("pay_a", 1), live).await;
         let response = app.deliver("msg_mixed", &payment("pay_b", 2)).await;
         assert_eq!(response.status(), 409);
@@ -172,7 +172,7 @@ async fn an_unreachable_database_gets_503_with_retry_after() {
 both_backends! {
     async fn parallel_retries_racing_for_one_stale_claim_take_it_over_once(app) {
         let body = payment("pay_race", 800);
-        let expired = chrono::Utc::now().naive_utc() - chrono::TimeDelta::seconds(1);
+        let expired = app.clock.naive_now() - chrono::TimeDelta::seconds(1);
         leave_claim(app, "msg_race", &body, expired).await;
 
         let retries = (0..16).map(|i| {

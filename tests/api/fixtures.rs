@@ -33,7 +33,7 @@ fn committed() -> Vec<Fixture> {
 pub async fn fixture_app(backend: Backend) -> Option<TestApp> {
     TestApp::builder(backend)
         .endpoints_toml(&fixtures::endpoints_toml())
-        .clock(NOW)
+        .verify_at(NOW)
         .spawn_if_available()
         .await
 }
@@ -121,7 +121,6 @@ async fn every_fixture_gets_its_expected_answer(backend: Backend) {
     assert_eq!(app.count("events").await, fixtures::sources().len() as i64);
     // The payment fixtures (Standard Webhooks, Stripe, Paddle) moved money once each.
     assert_eq!(app.ledger_rows().await, 3);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,5 +149,4 @@ async fn without_the_fixture_clock_a_recorded_delivery_is_stale() {
         .post_to(&stripe.endpoint, &stripe.headers, stripe.body.into_bytes())
         .await;
     crate::helpers::problem(response, 401, "stale-timestamp").await;
-    live.teardown().await;
 }

@@ -1,15 +1,17 @@
 //! `TestApp`: a running receiver on a random port over a fresh database of
-//! either backend, with request helpers and a teardown that checks invariants.
+//! either backend, with a manual clock, request helpers, and a teardown in
+//! `Drop` that checks invariants.
 
 use crate::test_schema;
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
+use idempotent_receiver::clock::{Clock, ManualClock};
 use idempotent_receiver::config::Settings;
 use idempotent_receiver::handlers::{Handler, Registry};
 use idempotent_receiver::providers::Provider;
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::store::schema::deliveries;
-use idempotent_receiver::store::{DeliveryRow, Store};
+use idempotent_receiver::store::{DatabaseUrl, DeliveryRow, Store, StoreOptions};
 use idempotent_receiver::with_conn;
 use std::io::Write;
 use std::sync::{Arc, Once};
@@ -42,7 +44,6 @@ macro_rules! both_backends {
             async fn sqlite() {
                 let app = $crate::helpers::TestApp::spawn($crate::helpers::Backend::Sqlite).await;
                 body(&app).await;
-                app.teardown().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +52,6 @@ macro_rules! both_backends {
                     return;
                 };
                 body(&app).await;
-                app.teardown().await;
             }
         }
     };
@@ -73,7 +73,6 @@ macro_rules! both_backends_with {
                 let builder = $crate::helpers::TestApp::builder($crate::helpers::Backend::Sqlite);
                 let app = $builder(builder).spawn().await;
                 body(&app).await;
-                app.teardown().await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +82,6 @@ macro_rules! both_backends_with {
                     return;
                 };
                 body(&app).await;
-                app.teardown().await;
             }
         }
     };
@@ -103,10 +101,16 @@ fn say_skipped(reason: &str) {
 }
 
 /// A database of its own for one test: a SQLite file in a temporary folder,
-/// or a fresh schema in the PostgreSQL test database.
+/// or a fresh schema in the PostgreSQL test database; both copied from the
+/// migrated template (see `test_schema`).
 enum Isolation {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { schema: String },
+    Postgres {
+        schema: String,
+    },
+    /// A database the test brought (`database_url`): neither checked nor
+    /// dropped.
+    Given,
 }
 
 pub struct TestApp {
@@ -122,9 +126,15 @@ pub struct TestApp {
     pub database_url: String,
     pub client: reqwest::Client,
     pub provider: Arc<dyn Provider>,
+    /// The app's clock: it stands still until the test advances it, and
+    /// every lease, retention, TTL and stored timestamp follows it.
+    pub clock: ManualClock,
     server: actix_web::dev::ServerHandle,
+    /// The server with its background tasks, which end when it stops.
+    running: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     isolation: Isolation,
-    data_dir: tempfile::TempDir,
+    /// Removed with the app.
+    _data_dir: tempfile::TempDir,
 }
 
 /// Builds a TestApp with extra configuration or handlers.
@@ -133,13 +143,12 @@ pub struct TestAppBuilder {
     handlers: Vec<String>,
     registry: Registry,
     database_url: Option<String>,
-    migrate: bool,
     endpoints_toml: String,
     top_level: String,
     routes: Option<
         fn(&mut actix_web::web::ServiceConfig, idempotent_receiver::client_keys::Idempotency),
     >,
-    clock: Option<i64>,
+    verify_at: Option<i64>,
     via: Option<String>,
 }
 
@@ -158,11 +167,10 @@ impl TestApp {
             handlers: vec!["record".into(), "payments".into()],
             registry: Registry::builtin(),
             database_url: None,
-            migrate: true,
             endpoints_toml: String::new(),
             top_level: String::new(),
             routes: None,
-            clock: None,
+            verify_at: None,
             via: None,
         }
     }
@@ -196,7 +204,7 @@ impl TestApp {
             .post(format!("{}/webhooks/{endpoint}", self.address))
             .header("content-type", "application/json")
             .body(body.to_vec());
-        for (name, value) in self.signed_headers(id, now(), body) {
+        for (name, value) in self.signed_headers(id, self.now(), body) {
             request = request.header(name, value);
         }
         request.send().await.expect("the receiver answers")
@@ -226,9 +234,14 @@ impl TestApp {
         request.send().await.expect("the receiver answers")
     }
 
-    /// Delivers `body` as `id`, freshly signed.
+    /// Delivers `body` as `id`, freshly signed by the app's clock.
     pub async fn deliver(&self, id: &str, body: &[u8]) -> reqwest::Response {
-        self.deliver_at(id, body, now()).await
+        self.deliver_at(id, body, self.now()).await
+    }
+
+    /// The app's clock in Unix seconds, for signatures it accepts.
+    pub fn now(&self) -> i64 {
+        self.clock.now().timestamp()
     }
 
     pub async fn deliver_at(&self, id: &str, body: &[u8], timestamp: i64) -> reqwest::Response {
@@ -303,7 +316,7 @@ impl TestApp {
     /// Moves the `received_at` of the key `key` in `scope` into the past.
     pub async fn age_key(&self, scope: &str, key: &str, by: chrono::TimeDelta) {
         let mut conn = self.store.conn().await.expect("a connection");
-        let when = chrono::Utc::now().naive_utc() - by;
+        let when = self.clock.naive_now() - by;
         let updated = with_conn!(&mut conn, |c| {
             diesel::update(deliveries::table.find((scope, key)))
                 .set(deliveries::received_at.eq(when))
@@ -340,47 +353,129 @@ impl TestApp {
     pub async fn age_delivery(&self, id: &str, by: chrono::TimeDelta) {
         self.age_key(ENDPOINT, id, by).await;
     }
+}
 
-    /// Checks what must hold after every test, then stops the server and
-    /// drops the test's database.
-    pub async fn teardown(self) {
-        #[derive(QueryableByName)]
-        struct Dup {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            n: i64,
-        }
-        let mut conn = self.store.conn().await.expect("a connection");
-        let doubled: Vec<Dup> = with_conn!(&mut conn, |c| {
+/// What must hold after every test: no effect twice, and no key of the
+/// receiver's own left in progress.
+async fn check_invariants(store: &Store) -> Result<(), String> {
+    #[derive(QueryableByName)]
+    struct Dup {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut conn = store.conn().await.map_err(|e| e.to_string())?;
+    let doubled: Vec<Dup> = with_conn!(&mut conn, |c| {
             diesel::sql_query(
                 "SELECT COUNT(*) AS n FROM ledger_entries GROUP BY endpoint, delivery_id HAVING COUNT(*) > 1",
             )
             .load(c)
             .await
         })
-        .expect("the invariant query runs");
-        assert!(
-            doubled.is_empty(),
+        .map_err(|e| format!("the invariant query fails: {e}"))?;
+    if !doubled.is_empty() {
+        return Err(format!(
             "a delivery had {:?} ledger effects",
             doubled.iter().map(|d| d.n).collect::<Vec<_>>()
-        );
-        // Claims are taken and completed in one transaction: none of the
-        // receiver's own may be left in progress (tests plant `pid1-dead`).
-        let stuck: i64 = with_conn!(&mut conn, |c| {
-            deliveries::table
-                .filter(deliveries::status.eq("in_progress"))
-                .filter(deliveries::lease_owner.ne("pid1-dead/0000"))
-                .count()
-                .get_result(c)
-                .await
-        })
-        .expect("the invariant query runs");
-        assert_eq!(stuck, 0, "a key was left in progress");
-        drop(conn);
+        ));
+    }
+    // Claims are taken and completed in one transaction: none of the
+    // receiver's own may be left in progress (tests plant `pid1-dead`).
+    let stuck: i64 = with_conn!(&mut conn, |c| {
+        deliveries::table
+            .filter(deliveries::status.eq("in_progress"))
+            .filter(deliveries::lease_owner.ne("pid1-dead/0000"))
+            .count()
+            .get_result(c)
+            .await
+    })
+    .map_err(|e| format!("the invariant query fails: {e}"))?;
+    if stuck != 0 {
+        return Err("a key was left in progress".into());
+    }
+    Ok(())
+}
+
+/// Checks the invariants (unless the test already failed), stops the
+/// server and its background tasks, and drops the PostgreSQL schema;
+/// the SQLite file goes with its folder. A failed check is returned
+/// after the cleanup, so that a failing test leaves nothing behind.
+impl TestApp {
+    async fn shut_down(&mut self, check: bool) -> Result<(), String> {
+        let checked = if check && !matches!(self.isolation, Isolation::Given) {
+            check_invariants(&self.store).await
+        } else {
+            Ok(())
+        };
         self.server.stop(false).await;
+        if let Some(running) = self.running.take() {
+            let _ = running.await;
+        }
         if let Isolation::Postgres { schema } = &self.isolation {
             test_schema::drop(schema).await;
         }
-        drop(self.data_dir);
+        checked
+    }
+}
+
+impl TestApp {
+    /// [`TestApp::shut_down`] for an app on a current-thread runtime, which
+    /// this drop blocks: the server is told to stop and ends with that
+    /// runtime, and the checks and the schema's drop run on a thread of
+    /// their own, over connections of their own (the pool's may belong to
+    /// the blocked runtime).
+    fn shut_down_apart(&mut self, check: bool) -> Result<(), String> {
+        drop(self.server.stop(false));
+        let url = self.database_url.clone();
+        let check = check && !matches!(self.isolation, Isolation::Given);
+        let schema = match &self.isolation {
+            Isolation::Postgres { schema } => Some(schema.clone()),
+            _ => None,
+        };
+        let apart = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let checked = match check {
+                    true => {
+                        let url = DatabaseUrl::parse(&url)?;
+                        let store = Store::connect(&url, &StoreOptions::default())
+                            .map_err(|e| e.to_string())?;
+                        check_invariants(&store).await
+                    }
+                    false => Ok(()),
+                };
+                if let Some(schema) = schema {
+                    test_schema::drop(&schema).await;
+                }
+                checked
+            })
+        });
+        apart
+            .join()
+            .unwrap_or_else(|_| Err("the teardown's thread panicked".into()))
+    }
+}
+
+/// The teardown runs even when the test panics; its invariant checks only
+/// when the test passed so far (a second panic while unwinding would abort
+/// the whole test binary).
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let check = !std::thread::panicking();
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let result = match runtime {
+            Some(runtime) => {
+                tokio::task::block_in_place(|| runtime.block_on(self.shut_down(check)))
+            }
+            None => self.shut_down_apart(check),
+        };
+        if let Err(broken) = result {
+            panic!("{broken}");
+        }
     }
 }
 
@@ -461,16 +556,16 @@ impl TestAppBuilder {
         self
     }
 
-    /// Verifies signatures as if it were `unix_seconds` now.
-    pub fn clock(mut self, unix_seconds: i64) -> Self {
-        self.clock = Some(unix_seconds);
+    /// Verifies signatures as if it were `unix_seconds` now; the app's own
+    /// clock (leases, retention) is unchanged.
+    pub fn verify_at(mut self, unix_seconds: i64) -> Self {
+        self.verify_at = Some(unix_seconds);
         self
     }
 
-    /// Points the app at another database, without migrating it.
+    /// Points the app at another database, as it is (not migrated).
     pub fn database_url(mut self, url: &str) -> Self {
         self.database_url = Some(url.to_owned());
-        self.migrate = false;
         self
     }
 
@@ -484,17 +579,18 @@ impl TestAppBuilder {
     pub async fn spawn_if_available(self) -> Option<TestApp> {
         let data_dir = tempfile::tempdir().expect("a temporary folder");
         let (url, isolation) = match (&self.database_url, self.backend) {
-            (Some(url), _) => (
-                url.clone(),
-                Isolation::Sqlite(tempfile::tempdir().expect("a temporary folder")),
-            ),
+            (Some(url), _) => (url.clone(), Isolation::Given),
             (None, Backend::Sqlite) => {
                 let dir = tempfile::tempdir().expect("a temporary folder");
-                let url = format!("sqlite://{}", dir.path().join("receiver.db").display());
+                let file = dir.path().join("receiver.db");
+                test_schema::copy_sqlite_template(&file)
+                    .await
+                    .expect("the migrated SQLite template");
+                let url = format!("sqlite://{}", file.display());
                 (url, Isolation::Sqlite(dir))
             }
             (None, Backend::Postgres) => {
-                let schema = match test_schema::create("t_").await {
+                let schema = match test_schema::create_migrated("t_").await {
                     Ok(schema) => schema,
                     Err(reason) if test_schema::required() => panic!(
                         "PostgreSQL is required (IR_REQUIRE_POSTGRES) but unreachable at {}: {reason}",
@@ -529,16 +625,17 @@ impl TestAppBuilder {
         };
         let settings =
             Settings::parse(&config, "test.toml", &env).expect("the test configuration is valid");
-        let store =
-            Store::connect(&settings.database, &startup::store_options(&settings)).expect("a pool");
-        if self.migrate {
-            store.migrate().await.expect("migrations apply");
-        }
+        let clock = ManualClock::starting_now();
+        let options = StoreOptions {
+            clock: clock.shared(),
+            ..startup::store_options(&settings)
+        };
+        let store = Store::connect(&settings.database, &options).expect("a pool");
         let mut webhooks = startup::webhooks(&settings, store.clone(), &self.registry)
             .expect("the endpoints build");
-        if let Some(at) = self.clock {
-            let now = chrono::DateTime::from_timestamp(at, 0).expect("a valid instant");
-            webhooks = webhooks.with_clock(Arc::new(move || now));
+        if let Some(at) = self.verify_at {
+            let at = chrono::DateTime::from_timestamp(at, 0).expect("a valid instant");
+            webhooks = webhooks.with_clock(ManualClock::new(at).shared());
         }
         let idempotency = startup::idempotency(&settings, webhooks.engine().clone());
         let routes = self.routes;
@@ -552,7 +649,7 @@ impl TestAppBuilder {
         let port = app.port();
         let admin_port = app.admin_port().unwrap_or(port);
         let server = app.server().handle();
-        tokio::spawn(app.run_until_stopped());
+        let running = tokio::spawn(app.run_until_stopped());
         let provider = settings
             .endpoint(ENDPOINT)
             .expect("the test endpoint")
@@ -567,9 +664,11 @@ impl TestAppBuilder {
             database_url,
             client: reqwest::Client::new(),
             provider,
+            clock,
             server,
+            running: Some(running),
             isolation,
-            data_dir,
+            _data_dir: data_dir,
         })
     }
 }

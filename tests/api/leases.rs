@@ -3,6 +3,7 @@
 
 use crate::helpers::{Backend, ENDPOINT, TestApp, payment, problem};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use idempotent_receiver::clock::Clock;
 use idempotent_receiver::engine::{Claim, ClaimRequest, Engine, EngineError, EngineOptions};
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::maintenance;
@@ -145,7 +146,6 @@ async fn forwarded_once_with_the_key_and_replayed(backend: Backend) {
         "the verified body is forwarded as received"
     );
     assert_eq!(app.ledger_rows().await, 1);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +189,6 @@ async fn a_failing_downstream_releases_the_key(backend: Backend) {
     let retry = app.deliver("msg_down", &body).await;
     assert_eq!(retry.status(), 200);
     assert_eq!(app.ledger_rows().await, 1);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,7 +205,7 @@ async fn a_failing_downstream_releases_the_key_after_bounded_retries_postgres() 
 async fn abandon(app: &TestApp, id: &str, body: &[u8]) {
     let hash = hex::encode(Sha256::digest(body));
     let mut conn = app.store.conn().await.unwrap();
-    let past = chrono::Utc::now().naive_utc() - chrono::TimeDelta::seconds(5);
+    let past = app.clock.naive_now() - chrono::TimeDelta::seconds(5);
     let inserted = conn
         .insert_claim(&NewClaim {
             endpoint: ENDPOINT,
@@ -281,7 +280,6 @@ async fn reconciliation(backend: Backend) {
     let retry = app.deliver("msg_done", &done).await;
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     assert_eq!(app.ledger_rows().await, 1);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,6 +290,55 @@ async fn reconciliation_completes_what_happened_and_releases_what_did_not_sqlite
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_completes_what_happened_and_releases_what_did_not_postgres() {
     reconciliation(Backend::Postgres).await;
+}
+
+/// The background reconciler finds a claim abandoned by the app's clock,
+/// completes it, and ends when stopped (it used to run until the process
+/// exited, one thread per app).
+async fn background_reconciler(backend: Backend) {
+    let downstream = Downstream::default();
+    let Some(app) = forwarding_app(backend, &downstream).await else {
+        return;
+    };
+    downstream
+        .answers
+        .lock()
+        .unwrap()
+        .insert("shop:msg_bg".into(), json!({ "shipment": "shp_bg" }));
+    let body = payment("pay_bg", 300);
+    abandon(&app, "msg_bg", &body).await;
+    // Its lease ended 5 s ago by the app's clock; a minute earlier it is live.
+    app.clock
+        .set(app.clock.now() - chrono::TimeDelta::minutes(1));
+    let live = maintenance::reconcile(&app.webhooks(), 100).await.unwrap();
+    assert_eq!(live.examined, 0, "a live lease is not reconciled");
+    let task = maintenance::ReconcileTask::new(app.webhooks(), Duration::from_millis(20))
+        .expect("a non-zero interval");
+    let reconciler = task.spawn().expect("the reconciler starts");
+    app.clock.advance(Duration::from_secs(60));
+    // Waits for a pass of the reconciler's own timer, not for the clock.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while app.delivery("msg_bg").await.unwrap().status != "completed" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the background reconciler did not complete the claim"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(10), reconciler.stop())
+        .await
+        .expect("the reconciler stops when told");
+    assert_eq!(app.ledger_rows().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_reconciler_follows_the_clock_and_stops_when_told_sqlite() {
+    background_reconciler(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_reconciler_follows_the_clock_and_stops_when_told_postgres() {
+    background_reconciler(Backend::Postgres).await;
 }
 
 fn claim_request() -> ClaimRequest {
@@ -340,7 +387,7 @@ async fn takeover_race(backend: Backend) {
         return;
     };
     let options = EngineOptions {
-        lease: Duration::from_millis(600),
+        lease: Duration::from_secs(60),
         in_progress_wait: Duration::from_millis(100),
         ..EngineOptions::default()
     };
@@ -357,7 +404,7 @@ async fn takeover_race(backend: Backend) {
     ));
 
     // The first owner stalls past its lease (no renewal); a retry takes over.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    app.clock.advance(Duration::from_secs(61));
     let Ok(Claim::Fresh(mut second)) = engine.claim(&claim_request()).await else {
         panic!("the takeover")
     };
@@ -380,7 +427,6 @@ async fn takeover_race(backend: Backend) {
     assert_eq!(row.attempts, 2);
     assert_eq!(row.response_body.unwrap(), b"second");
     drop(conn);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,8 +454,28 @@ async fn renewal(backend: Backend) {
     };
     let lease = first.commit_claim().await.unwrap();
     let renewal = lease.keep_alive(Duration::from_millis(300));
-    // Three lease lengths later the worker is still at it, and still owns it.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    // Over three lease lengths pass, in steps shorter than one; after each
+    // step the worker renews (every third of its lease, by tokio's timer)
+    // from the new now. Without the renewals the lease would have ended at
+    // +300 ms.
+    for _ in 0..5 {
+        app.clock.advance(Duration::from_millis(200));
+        let renewed_until = app.clock.naive_now() + chrono::TimeDelta::milliseconds(300);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut conn = app.store.conn().await.unwrap();
+            let row = conn.find_delivery("race", "k1").await.unwrap().unwrap();
+            if row.lease_expires_at >= Some(renewed_until) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lease was not renewed"
+            );
+            // Waiting for the renewal task to run, not for time to pass.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     assert!(matches!(
         engine.claim(&claim_request()).await,
         Ok(Claim::InProgress { .. })
@@ -422,7 +488,6 @@ async fn renewal(backend: Backend) {
         .complete(&answer("done"))
         .await
         .unwrap();
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,7 +559,6 @@ async fn reprocessing(backend: Backend) {
         .unwrap();
     assert!(app.delivery("msg_bug").await.is_none());
     assert!(history_kinds(&app, "msg_bug").await.is_empty());
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -592,7 +656,6 @@ async fn reprocessing_a_forward(backend: Backend) {
         ]
     );
     drop(conn);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

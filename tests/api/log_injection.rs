@@ -97,9 +97,6 @@ async fn log_injection_leaves_every_line_of_the_text_log_the_binarys_own(backend
     );
     let cut = format!("\\u{{a}}{}…(+", "a".repeat(MAX_LOGGED_CHARS - 5));
     assert!(log.contains(&cut), "{log}");
-    if let Some(app) = database {
-        app.teardown().await;
-    }
 }
 
 #[tokio::test]

@@ -33,3 +33,4 @@ mod providers;
 mod purge;
 mod replay_cache;
 mod server_language;
+mod smuggling;

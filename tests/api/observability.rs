@@ -10,6 +10,7 @@
 use crate::helpers::{Backend, SECRET, TestApp, TestAppBuilder, now, payment, problem};
 use crate::{both_backends, both_backends_with};
 use base64::Engine as _;
+use idempotent_receiver::clock::Clock;
 use idempotent_receiver::providers::{self, Provider, ProviderSpec};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -301,7 +302,6 @@ async fn metrics_after_known_traffic(backend: Backend) {
             );
         }
     }
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -325,7 +325,7 @@ both_backends! {
         // reconciler completes the other.
         for id in ["msg_taken_over", "msg_reconciled"] {
             let body = payment(id, 500);
-            let past = chrono::Utc::now().naive_utc() - chrono::TimeDelta::seconds(5);
+            let past = app.clock.naive_now() - chrono::TimeDelta::seconds(5);
             let hash = hex::encode(Sha256::digest(&body));
             let inserted = app
                 .store
@@ -695,7 +695,7 @@ fn random_whsec() -> String {
     )
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_secret_token_or_password_reaches_stdout_or_stderr_even_at_trace_level() {
     // The binary's database: a schema of this test's own on PostgreSQL,
     // reached with a password in the URL (trust authentication ignores it).
@@ -917,5 +917,4 @@ async fn no_secret_token_or_password_reaches_stdout_or_stderr_even_at_trace_leve
         }
     }
     drop(served);
-    app.teardown().await;
 }

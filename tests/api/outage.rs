@@ -141,5 +141,4 @@ async fn a_postgres_outage_gets_503_and_the_receiver_recovers_by_itself() {
         .unwrap();
     assert_eq!(ready.status(), 200);
     assert_eq!(app.ledger_rows().await, 2);
-    app.teardown().await;
 }

@@ -277,7 +277,6 @@ async fn each_provider_refuses_bad_input_with_a_distinct_problem(backend: Backen
     for scheme in SCHEMES {
         bad_input_suite(&app, scheme).await;
     }
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,7 +323,6 @@ async fn each_provider_processes_a_delivery_once_and_replays_it(backend: Backend
     }
     assert_eq!(app.count("events").await, sources().len() as i64);
     assert_eq!(app.ledger_rows().await, 3);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,7 +378,6 @@ async fn a_captured_body_replayed_under_a_fresh_unsigned_id_is_not_processed_twi
     }
     assert_eq!(app.count("events").await, 2);
     assert_eq!(app.count("deliveries").await, 2);
-    app.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,5 +410,4 @@ async fn a_signed_id_with_a_reused_body_is_a_new_delivery() {
         assert!(response.headers().get("idempotent-replayed").is_none());
     }
     assert_eq!(app.ledger_rows().await, 2);
-    app.teardown().await;
 }

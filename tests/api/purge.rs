@@ -4,8 +4,9 @@
 
 use crate::both_backends;
 use crate::helpers::{Backend, ENDPOINT, SECRET, TestApp};
-use chrono::{NaiveDateTime, TimeDelta, Utc};
+use chrono::{NaiveDateTime, TimeDelta};
 use diesel::ExpressionMethods;
+use idempotent_receiver::clock::Clock;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::maintenance::{PurgeOptions, PurgeReport, purge};
 use idempotent_receiver::store::DbConn;
@@ -35,7 +36,7 @@ enum Row {
 async fn plant(app: &TestApp, scope: &str, ids: &[&str], row: Row, age: TimeDelta) {
     // Here only: its `load` would shadow `AtomicUsize::load` elsewhere.
     use diesel_async::RunQueryDsl;
-    let now = Utc::now().naive_utc();
+    let now = app.clock.naive_now();
     let received_at = now - age;
     let mut conn = app.store.conn().await.expect("a connection");
     for id in ids {
@@ -169,7 +170,6 @@ async fn expired_completed_keys_are_deleted_and_young_ones_stay() {
         assert_eq!(app.count("deliveries").await, 1);
         // A second purge finds nothing left to do.
         assert_eq!(purge_app(&app, 1000, false).await.total(), 0);
-        app.teardown().await;
     }
 }
 
@@ -207,7 +207,6 @@ async fn an_old_claim_with_a_live_lease_stays_and_one_whose_lease_expired_goes()
         assert!(exists(&app, ENDPOINT, "running_for_days").await);
         assert!(!exists(&app, ENDPOINT, "abandoned").await);
         assert!(exists(&app, ENDPOINT, "recently_abandoned").await);
-        app.teardown().await;
     }
 }
 
@@ -259,7 +258,6 @@ async fn each_endpoint_is_purged_and_remembered_with_its_own_retention() {
         assert!(!exists(&app, "other", "other_2h").await);
         // `shop`'s re-run above is a fresh key again: young, so it stays.
         assert!(exists(&app, ENDPOINT, "msg_aged").await);
-        app.teardown().await;
     }
 }
 
@@ -353,7 +351,6 @@ async fn after_a_purge_a_repeat_of_a_purged_key_runs_again() {
         let replay = app.deliver("msg_purged", &body).await;
         assert_eq!(replay.headers()["idempotent-replayed"], "true");
         assert_eq!(runs.load(Ordering::SeqCst), 2);
-        app.teardown().await;
     }
 }
 
@@ -387,7 +384,6 @@ async fn serve_purges_in_the_background_every_purge_interval() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(exists(&app, ENDPOINT, "young").await);
-        app.teardown().await;
     }
 }
 
@@ -504,7 +500,6 @@ async fn the_purge_command_prints_counts_per_scope_and_the_total() {
         let zero = run_binary(&app, dir.path(), &["purge", "--older-than", "0"]);
         assert!(!zero.status.success());
         assert!(String::from_utf8_lossy(&zero.stderr).contains("--older-than"));
-        app.teardown().await;
     }
 }
 
@@ -512,7 +507,7 @@ async fn the_purge_command_prints_counts_per_scope_and_the_total() {
 /// transaction (diesel batches inserts of tuples on PostgreSQL only).
 async fn plant_many(app: &TestApp, scope: &str, n: usize, age: TimeDelta) {
     use diesel_async::RunQueryDsl;
-    let received_at = Utc::now().naive_utc() - age;
+    let received_at = app.clock.naive_now() - age;
     let mut tx = app.store.begin().await.expect("a transaction");
     for i in 0..n {
         let id = format!("bulk_{i:07}");
@@ -621,6 +616,5 @@ async fn measure_purge_of_many_rows_in_batches_beside_live_deliveries() {
                 summary(&mut latencies)
             );
         }
-        app.teardown().await;
     }
 }

@@ -3,8 +3,8 @@
 //! outage test (`outage.rs`) shows a cached key answered while PostgreSQL
 //! is unreachable.
 
-use crate::both_backends_with;
-use crate::helpers::{SECRET, TestAppBuilder, payment, problem};
+use crate::helpers::{ENDPOINT, SECRET, TestAppBuilder, payment, problem};
+use crate::{both_backends, both_backends_with};
 use std::time::Duration;
 
 /// An endpoint whose keys are remembered for one second, with an
@@ -50,7 +50,7 @@ both_backends_with! { brief;
 
         // Past the retention the cached entry is still in memory (its TTL
         // is 60 s), but the key is forgotten: the delivery runs again.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        app.clock.advance(Duration::from_millis(1200));
         assert!(app.store.replay_cache().get("brief", "msg_brief").is_some());
         let after = app.deliver_to("brief", "msg_brief", &body).await;
         assert_eq!(after.status(), 200);
@@ -82,6 +82,26 @@ both_backends_with! { brief;
         let again = app.deliver("msg_reuse", &body).await;
         assert_eq!(again.status(), 200);
         assert!(replayed(&again), "the first body still replays");
+    }
+}
+
+both_backends! {
+    async fn a_cached_key_past_its_ttl_is_read_again_from_the_database(app) {
+        let body = payment("pay_ttl", 10);
+        assert_eq!(app.deliver("msg_ttl", &body).await.status(), 200);
+        let cache = app.store.replay_cache();
+        assert!(cache.get(ENDPOINT, "msg_ttl").is_some());
+        // The TTL is 60 s: another instance's reprocess is seen by then.
+        app.clock.advance(Duration::from_secs(59));
+        assert!(cache.get(ENDPOINT, "msg_ttl").is_some(), "within the TTL");
+        app.clock.advance(Duration::from_secs(1));
+        assert!(cache.get(ENDPOINT, "msg_ttl").is_none(), "past the TTL");
+        // The key itself is remembered (retention 72 h): the database
+        // answers the repeat, and the cache holds it again.
+        let again = app.deliver("msg_ttl", &body).await;
+        assert!(replayed(&again));
+        assert!(cache.get(ENDPOINT, "msg_ttl").is_some());
+        assert_eq!(app.ledger_rows().await, 1);
     }
 }
 

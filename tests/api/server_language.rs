@@ -168,7 +168,6 @@ async fn a_german_server_still_answers_409_to_a_parallel_duplicate_and_503_to_a_
         "the key was released"
     );
 
-    app.teardown().await;
     test_schema::drop(&schema).await;
 }
 

@@ -182,5 +182,4 @@ async fn the_bench_scripts_are_the_statements_diesel_sends_for_a_fresh_delivery_
         sent.first(),
         "bench/replay.sql is not the lookup a replay starts with"
     );
-    app.teardown().await;
 }

@@ -17,12 +17,18 @@ pub async fn fetch_detail(
     endpoint: &str,
     delivery_id: &str,
 ) -> Result<KeyRecord, AdminError> {
+    let not_found = || AdminError::NotFound {
+        endpoint: endpoint.to_owned(),
+        delivery_id: delivery_id.to_owned(),
+    };
+    // No key holds a NUL, and PostgreSQL would fail on it where SQLite finds
+    // nothing: both answer 404.
+    if endpoint.contains('\0') || delivery_id.contains('\0') {
+        return Err(not_found());
+    }
     let mut conn = store.conn().await?;
     let Some(detail) = conn.delivery_detail(endpoint, delivery_id).await? else {
-        return Err(AdminError::NotFound {
-            endpoint: endpoint.to_owned(),
-            delivery_id: delivery_id.to_owned(),
-        });
+        return Err(not_found());
     };
     let history = conn.history(endpoint, delivery_id).await?;
     Ok(KeyRecord { detail, history })

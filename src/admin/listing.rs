@@ -53,6 +53,35 @@ fn given(value: &Option<String>) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The longest text filter: longer than any key or endpoint name stored.
+const MAX_TEXT_FILTER: usize = 512;
+
+/// A text filter as given, refused if no stored value could match it in the
+/// same way on both backends: PostgreSQL's `text` cannot hold a NUL (the
+/// query would fail where SQLite finds nothing), and nothing stored is
+/// longer than [`MAX_TEXT_FILTER`].
+fn text_filter(
+    parameter: &'static str,
+    value: &Option<String>,
+) -> Result<Option<String>, AdminError> {
+    let value = given(value);
+    if let Some(text) = &value {
+        if text.contains('\0') {
+            return Err(AdminError::bad(
+                parameter,
+                "may not contain a NUL character",
+            ));
+        }
+        if text.len() > MAX_TEXT_FILTER {
+            return Err(AdminError::bad(
+                parameter,
+                format!("longer than {MAX_TEXT_FILTER} bytes"),
+            ));
+        }
+    }
+    Ok(value)
+}
+
 impl ListQuery {
     /// Checks every parameter; `now` anchors relative times.
     pub fn validate(&self, now: NaiveDateTime) -> Result<PageRequest, AdminError> {
@@ -86,12 +115,12 @@ impl ListQuery {
         };
         Ok(PageRequest {
             filter: DeliveryFilter {
-                endpoint: given(&self.endpoint),
+                endpoint: text_filter("endpoint", &self.endpoint)?,
                 status,
-                event_type: given(&self.event_type),
+                event_type: text_filter("event_type", &self.event_type)?,
                 since: instant("since", given(&self.since), now)?,
                 until: instant("until", given(&self.until), now)?,
-                id_prefix: given(&self.id_prefix),
+                id_prefix: text_filter("id_prefix", &self.id_prefix)?,
             },
             after,
             limit,

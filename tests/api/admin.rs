@@ -151,7 +151,8 @@ both_backends_with!(admin;
         assert!(item["completed_at"].is_string());
         assert!(item["last_error"].is_null());
 
-        for bad in ["status=done", "limit=0", "limit=many", "since=yesterday", "cursor=abc"] {
+        let long = format!("id_prefix={}", "a".repeat(513));
+        for bad in ["status=done", "limit=0", "limit=many", "since=yesterday", "cursor=abc", "endpoint=sh%00op", "event_type=%00", "id_prefix=msg%00", long.as_str()] {
             let response = app.admin_get(&format!("/admin/deliveries?{bad}"), Some(ADMIN_TOKEN)).await;
             let body = problem(response, 400, "invalid-parameter").await;
             let parameter = bad.split('=').next().unwrap();
@@ -247,12 +248,16 @@ both_backends_with!(admin;
         let listed = app.admin_json("/admin/deliveries?id_prefix=msg_d1").await;
         assert_eq!(listed["items"][0]["last_error"], "downstream unreachable");
 
-        problem(
-            app.admin_get("/admin/deliveries/shop/msg_nope", Some(ADMIN_TOKEN)).await,
-            404,
-            "unknown-delivery",
-        )
-        .await;
+        // A NUL is "not found" on both backends (PostgreSQL's text cannot
+        // hold one, so the query would fail there).
+        for path in ["shop/msg_nope", "shop/msg%00", "sh%00op/msg_nope"] {
+            problem(
+                app.admin_get(&format!("/admin/deliveries/{path}"), Some(ADMIN_TOKEN)).await,
+                404,
+                "unknown-delivery",
+            )
+            .await;
+        }
 
         // A client key's scope holds a space and a slash: URL-encoded, it
         // still names the key.

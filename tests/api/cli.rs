@@ -592,6 +592,7 @@ fn help_names_the_environment_every_route_and_every_option() {
         "IR_LISTEN",
         "IR_DATA_DIR",
         "IR_ADMIN_TOKENS",
+        "IR_METRICS_TOKEN",
     ] {
         assert!(
             top.contains(variable),

@@ -2,6 +2,7 @@
 //! payment row and the key's completion commit in one transaction.
 
 use crate::client_keys::{Idempotency, IdempotentTx, TenantSource};
+use crate::clock::SharedClock;
 use crate::log_text::escaped;
 use crate::problem::{FieldError, Problem};
 use crate::store::schema::payments;
@@ -11,7 +12,7 @@ use actix_web::dev::ServiceRequest;
 use actix_web::http::StatusCode;
 use actix_web::http::header::LOCATION;
 use actix_web::{HttpRequest, HttpResponse, web};
-use chrono::{NaiveDateTime, Utc};
+use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use serde::Serialize;
@@ -53,9 +54,11 @@ pub fn configure(
 ) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         let tenants = web::Data::new(idempotency.tenant_source().clone());
+        let clock = web::Data::new(store.clock().clone());
         cfg.service(
             web::resource("/payments")
                 .app_data(web::JsonConfig::default().limit(max_body))
+                .app_data(clock)
                 .wrap(idempotency.required())
                 .route(web::post().to(create)),
         )
@@ -139,7 +142,11 @@ fn validate(body: &Value) -> Result<NewPayment, Problem> {
     }
 }
 
-async fn create(body: web::Json<Value>, tx: IdempotentTx) -> HttpResponse {
+async fn create(
+    body: web::Json<Value>,
+    tx: IdempotentTx,
+    clock: web::Data<SharedClock>,
+) -> HttpResponse {
     let new = match validate(&body) {
         Ok(new) => new,
         // Produced after the handler started: stored with the key, so a
@@ -154,7 +161,7 @@ async fn create(body: web::Json<Value>, tx: IdempotentTx) -> HttpResponse {
         currency: new.currency,
         status: "created".to_owned(),
         idempotency_key: tx.key().map(str::to_owned),
-        created_at: Utc::now().naive_utc(),
+        created_at: clock.naive_now(),
     };
     let inserted: Result<usize, StoreError> = async {
         let mut conn = tx.conn().await?;

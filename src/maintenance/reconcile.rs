@@ -69,7 +69,7 @@ pub async fn reconcile(webhooks: &Webhooks, limit: i64) -> Result<ReconcileRepor
             metrics::reconciled("skipped");
             continue;
         };
-        let operation = RunHandlers::new(endpoint.clone(), event);
+        let operation = RunHandlers::new(endpoint.clone(), event, engine.store().clock().clone());
         let (mut done, mut not_done, mut unknown) = (0, 0, 0);
         for (name, handler) in endpoint.handlers.iter().filter(|(_, h)| h.external()) {
             match handler.reconcile(operation.event()).await {

@@ -59,7 +59,7 @@ pub async fn reprocess(
     let event = body
         .and_then(|body| event_of(&configured, &row, body))
         .ok_or(ReprocessError::NoPayload)?;
-    let operation = RunHandlers::new(configured, event);
+    let operation = RunHandlers::new(configured, event, engine.store().clock().clone());
     match engine.reprocess(&row, actor, &operation).await {
         Ok(Outcome::Fresh(response)) => Ok(response),
         Ok(_) => Err(ReprocessError::Busy),

@@ -197,7 +197,8 @@ async fn answer(
     let result = match engine.answer_from_cache(&claim) {
         Some(outcome) => Ok(outcome),
         None => {
-            let operation = RunHandlers::new(endpoint.clone(), event);
+            let operation =
+                RunHandlers::new(endpoint.clone(), event, engine.store().clock().clone());
             // Once a delivery is claimed it runs to the end even if the
             // sender hangs up: a cancelled future would leave its
             // transaction to the pool to clean. The task carries the

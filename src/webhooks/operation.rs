@@ -3,13 +3,13 @@
 //! run in the claim's transaction; the response lists every handler's effect.
 
 use super::Endpoint;
+use crate::clock::SharedClock;
 use crate::engine::{Operation, OperationError};
 use crate::handlers::{Event, HandlerError};
 use crate::log_text::escaped;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
 use crate::store::{Claimed, DbConn, StoredResponse};
 use actix_web::http::StatusCode;
-use chrono::Utc;
 use serde_json::{Map, Value, json};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -20,14 +20,17 @@ pub struct RunHandlers {
     /// What the external handlers returned (or, when reconciling, what the
     /// downstream says they did).
     external: RefCell<Map<String, Value>>,
+    /// Whence `processed_at`: the store's clock, like every other timestamp.
+    clock: SharedClock,
 }
 
 impl RunHandlers {
-    pub fn new(endpoint: Arc<Endpoint>, event: Event) -> RunHandlers {
+    pub fn new(endpoint: Arc<Endpoint>, event: Event, clock: SharedClock) -> RunHandlers {
         RunHandlers {
             endpoint,
             event,
             external: RefCell::new(Map::new()),
+            clock,
         }
     }
 
@@ -111,7 +114,7 @@ impl Operation for RunHandlers {
             "delivery_id": self.event.delivery_id,
             "event_type": self.event.event_type,
             "attempt": claim.attempt,
-            "processed_at": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "processed_at": self.clock.now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "effects": effects,
         });
         Ok(StoredResponse {

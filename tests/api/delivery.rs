@@ -149,3 +149,26 @@ both_backends! {
         assert_eq!(alive.status(), 200);
     }
 }
+
+both_backends! {
+    async fn the_answers_timestamps_come_from_the_stores_clock(app) {
+        // Far from the wall clock, so that only the injected clock can
+        // have written these (it keeps running from there).
+        let at = chrono::DateTime::parse_from_rfc3339("2031-05-06T07:08:09Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        app.clock.set(at);
+
+        let delivered: Value = app.deliver("msg_clock", &payment("pay_clock", 100)).await.json().await.unwrap();
+        let processed_at = delivered["processed_at"].as_str().unwrap();
+        assert!(processed_at.starts_with("2031-05-06T07:0"), "{processed_at}");
+        let row = app.delivery("msg_clock").await.unwrap();
+        let after = row.received_at - at.naive_utc();
+        assert!(after >= chrono::TimeDelta::zero() && after < chrono::TimeDelta::minutes(1), "{after}");
+
+        let request = serde_json::json!({"order_id": "o_clock", "amount": 100, "currency": "EUR"});
+        let created: Value = app.post_json("/payments", Some("key-clock"), &[], &request).await.json().await.unwrap();
+        let created_at = created["created_at"].as_str().unwrap();
+        assert!(created_at.starts_with("2031-05-06T07:0"), "{created_at}");
+    }
+}

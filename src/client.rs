@@ -10,6 +10,30 @@ use serde_json::{Value, json};
 pub struct SignedDelivery {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The query string to post with (schemes that sign the URL), without
+    /// `?`; empty: none.
+    pub query: String,
+}
+
+impl SignedDelivery {
+    /// `url` with this delivery's query string.
+    pub fn url(&self, url: &str) -> String {
+        if self.query.is_empty() {
+            url.to_owned()
+        } else if url.contains('?') {
+            format!("{url}&{}", self.query)
+        } else {
+            format!("{url}?{}", self.query)
+        }
+    }
+
+    /// The content type the scheme posts (a form for Twilio and Braintree).
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+            .map_or("application/json", |(_, value)| value.as_str())
+    }
 }
 
 pub fn sign(
@@ -19,13 +43,17 @@ pub fn sign(
     event_type: Option<&str>,
     body: Vec<u8>,
 ) -> Result<SignedDelivery, SignError> {
-    let headers = provider.sign(&SignInput {
+    let signed = provider.sign(&SignInput {
         delivery_id,
         timestamp,
         body: &body,
         event_type,
     })?;
-    Ok(SignedDelivery { headers, body })
+    Ok(SignedDelivery {
+        headers: signed.headers,
+        body: signed.body.unwrap_or(body),
+        query: signed.query,
+    })
 }
 
 /// What the receiver will make of a signed delivery: the key it stores it
@@ -36,10 +64,13 @@ pub struct Identity {
     pub event_type: Option<String>,
 }
 
-/// The key and event type `provider` reads from `delivery`, exactly as the
+/// The keys and event types `provider` reads from `delivery`, exactly as the
 /// receiver reads them: from a header for some schemes, from the body for
-/// others (Stripe's `evt_...`, Paddle's `event_id`).
-pub fn identity(provider: &dyn Provider, delivery: &SignedDelivery) -> Result<Identity, Rejection> {
+/// others (Stripe's `evt_...`, Paddle's `event_id`); one per batch item.
+pub fn identity(
+    provider: &dyn Provider,
+    delivery: &SignedDelivery,
+) -> Result<Vec<Identity>, Rejection> {
     let mut headers = HeaderMap::new();
     for (name, value) in &delivery.headers {
         if let (Ok(name), Ok(value)) = (
@@ -52,12 +83,31 @@ pub fn identity(provider: &dyn Provider, delivery: &SignedDelivery) -> Result<Id
     let request = SignedRequest {
         headers: &headers,
         body: &delivery.body,
+        method: "POST",
+        query: &delivery.query,
     };
-    let payload = serde_json::from_slice(&delivery.body).unwrap_or(Value::Null);
-    Ok(Identity {
-        key: provider.delivery_id(&request, &payload)?,
-        event_type: provider.event_type(&request, &payload),
-    })
+    let payload = provider.payload(&request).unwrap_or(Value::Null);
+    Ok(provider
+        .deliveries(&request, &payload)?
+        .into_iter()
+        .map(|d| Identity {
+            key: d.key,
+            event_type: d.event_type,
+        })
+        .collect())
+}
+
+/// A sample body for `provider`: the catalogue's example for its entries
+/// (the id where it reads ids, a batch where it takes batches, a form or an
+/// XML document where it posts those), otherwise [`sample_payment`].
+pub fn sample_body(provider: &dyn Provider, delivery_id: &str) -> Vec<u8> {
+    match crate::providers::entries()
+        .iter()
+        .find(|entry| entry.name == provider.name())
+    {
+        Some(entry) => crate::providers::example_body(entry, delivery_id, "payment.succeeded"),
+        None => sample_payment(delivery_id),
+    }
 }
 
 /// A `payment.succeeded` event in the shape the built-in payments handler
@@ -120,11 +170,13 @@ pub async fn post(
         source: source.without_url(),
     };
     let mut request = client
-        .post(url)
-        .header("content-type", "application/json")
+        .post(delivery.url(url))
+        .header("content-type", delivery.content_type())
         .body(delivery.body.clone());
     for (name, value) in &delivery.headers {
-        request = request.header(name, value);
+        if !name.eq_ignore_ascii_case("content-type") {
+            request = request.header(name, value);
+        }
     }
     let response = request.send().await.map_err(transport)?;
     let status = response.status().as_u16();
@@ -147,17 +199,28 @@ pub async fn post(
     })
 }
 
-/// A runnable curl command that posts `body_file` with `delivery`'s headers.
-pub fn curl_command(url: &str, delivery: &SignedDelivery, body_file: &str) -> String {
+/// A runnable curl command that posts `body_file` (or, where signing changed
+/// the body, the signed body itself) with `delivery`'s headers.
+pub fn curl_command(url: &str, delivery: &SignedDelivery, body_file: Option<&str>) -> String {
     let mut command = format!(
         "curl -sS -i -X POST {} -H {}",
-        shell_quote(url),
-        shell_quote("content-type: application/json")
+        shell_quote(&delivery.url(url)),
+        shell_quote(&format!("content-type: {}", delivery.content_type()))
     );
-    for (name, value) in &delivery.headers {
+    for (name, value) in delivery
+        .headers
+        .iter()
+        .filter(|(name, _)| !name.eq_ignore_ascii_case("content-type"))
+    {
         command.push_str(&format!(" -H {}", shell_quote(&format!("{name}: {value}"))));
     }
-    command.push_str(&format!(" --data-binary @{}", shell_quote(body_file)));
+    match body_file {
+        Some(file) => command.push_str(&format!(" --data-binary @{}", shell_quote(file))),
+        None => command.push_str(&format!(
+            " --data-binary {}",
+            shell_quote(&String::from_utf8_lossy(&delivery.body))
+        )),
+    }
     command
 }
 
@@ -200,6 +263,7 @@ mod tests {
             .expect("a free port");
         let url = format!("http://127.0.0.1:{port}/webhooks/demo");
         let delivery = SignedDelivery {
+            query: String::new(),
             headers: Vec::new(),
             body: b"{}".to_vec(),
         };
@@ -222,7 +286,7 @@ mod tests {
         let body = br#"{"id":"evt_1","type":"payment_intent.succeeded"}"#.to_vec();
         let delivery = sign(stripe.as_ref(), "msg_ignored", 0, None, body).expect("signed");
         assert_eq!(
-            identity(stripe.as_ref(), &delivery).expect("a key"),
+            identity(stripe.as_ref(), &delivery).expect("a key")[0],
             Identity {
                 key: "evt_1".into(),
                 event_type: Some("payment_intent.succeeded".into()),
@@ -232,7 +296,7 @@ mod tests {
         let body = br#"{"action":"opened"}"#.to_vec();
         let delivery = sign(github.as_ref(), "d-1", 0, Some("pull_request"), body).expect("signed");
         assert_eq!(
-            identity(github.as_ref(), &delivery).expect("a key"),
+            identity(github.as_ref(), &delivery).expect("a key")[0],
             Identity {
                 key: "d-1".into(),
                 event_type: Some("pull_request.opened".into()),
@@ -243,11 +307,12 @@ mod tests {
     #[test]
     fn curl_commands_quote_every_argument() {
         let delivery = SignedDelivery {
+            query: String::new(),
             headers: vec![("X-Sig".into(), "it's".into())],
             body: b"{}".to_vec(),
         };
         assert_eq!(
-            curl_command("http://h/webhooks/a", &delivery, "body.json"),
+            curl_command("http://h/webhooks/a", &delivery, Some("body.json")),
             "curl -sS -i -X POST 'http://h/webhooks/a' -H 'content-type: application/json' -H 'X-Sig: it'\\''s' --data-binary @'body.json'"
         );
     }

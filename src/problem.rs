@@ -300,6 +300,18 @@ impl From<&Rejection> for Problem {
                 "Missing header",
                 detail,
             ),
+            Rejection::MissingField(_) => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "missing-field",
+                "Missing signed field",
+                detail,
+            ),
+            Rejection::MalformedField { .. } => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed-field",
+                "Malformed signed field",
+                detail,
+            ),
             Rejection::MalformedHeader { .. } => Problem::new(
                 StatusCode::BAD_REQUEST,
                 "malformed-header",

@@ -16,7 +16,7 @@
 
 use idempotent_receiver::client;
 use idempotent_receiver::providers::{
-    self, Encoding, HmacSpec, ProviderSpec, SignError, mac::Algorithm,
+    self, Description, ProviderSpec, SignError, description::Syntax, example_body, example_secret,
 };
 use serde::{Deserialize, Serialize};
 
@@ -24,19 +24,25 @@ use serde::{Deserialize, Serialize};
 pub const NOW: i64 = 1_767_225_600;
 /// How old a `stale` fixture's timestamp is.
 const STALE_BY: i64 = 3600;
+/// The public URL fixture endpoints are configured with, for the schemes
+/// that sign it.
+pub const URL: &str = "https://receiver.example/webhooks/fx";
 
 /// One provider's fixture endpoint: what it is configured with and what it
 /// is sent.
 pub struct Source {
-    pub provider: &'static str,
-    pub secret: &'static str,
-    pub other_secret: &'static str,
-    pub hmac: Option<HmacSpec>,
-    pub delivery_id: &'static str,
-    pub event_type: Option<&'static str>,
-    pub body: &'static str,
+    pub provider: String,
+    pub secret: String,
+    pub other_secret: String,
+    pub hmac: Option<Description>,
+    pub delivery_id: String,
+    pub event_type: Option<String>,
+    pub body: Vec<u8>,
     /// Whether the scheme signs a timestamp (and so has a `stale` case).
     pub timestamped: bool,
+    /// Whether the signature covers the body (and so has a `tampered` case):
+    /// a static token does not.
+    pub body_signed: bool,
 }
 
 impl Source {
@@ -48,103 +54,101 @@ impl Source {
     pub fn spec(&self, secret: &str) -> ProviderSpec {
         ProviderSpec {
             secrets: vec![secret.to_owned()],
-            tolerance: None,
             hmac: self.hmac.clone(),
+            url: Some(URL.to_owned()),
+            ..ProviderSpec::default()
+        }
+    }
+
+    /// A catalogue entry's source, derived from its description alone.
+    fn of(description: &Description) -> Source {
+        let name = description.name.clone();
+        let delivery_id = format!("fx_{}_1", name.replace('-', "_"));
+        let event_type = event_type_of(description);
+        let signature = description.variants.first().unwrap_or(description);
+        Source {
+            secret: example_secret(description, "fixture"),
+            other_secret: example_secret(description, "wrong"),
+            hmac: None,
+            body: example_body(description, &delivery_id, &event_type),
+            event_type: Some(event_type),
+            delivery_id,
+            timestamped: signature.timestamp_header.is_some()
+                || signature.timestamp_pointer.is_some()
+                || signature.timestamp_key.is_some()
+                || signature.syntax == Syntax::List,
+            body_signed: description.weakness.is_none(),
+            provider: name,
         }
     }
 }
 
-fn acme_hmac() -> HmacSpec {
-    HmacSpec {
-        signature_header: "X-Acme-Signature".into(),
-        algorithm: Algorithm::Sha256,
-        encoding: Encoding::Hex,
-        prefix: "sha256=".into(),
-        signed_content: "{timestamp}.{body}".into(),
-        timestamp_header: Some("X-Acme-Timestamp".into()),
-        id_header: None,
-        id_pointer: Some("/id".into()),
-        id_fields: None,
-        id_body_hash: false,
-        event_type_header: None,
-        event_type_pointer: Some("/type".into()),
+/// A type the payments handler books, where the provider has one.
+fn event_type_of(description: &Description) -> String {
+    if description.event_type_fields.is_some() {
+        "payments.confirmed".to_owned()
+    } else {
+        "payment.succeeded".to_owned()
     }
 }
 
-/// Every provider's fixture source.
+/// The generic scheme's fixture endpoint, described in TOML alone.
+const ACME_HMAC: &str = r#"signature_header = "X-Acme-Signature"
+prefix = "sha256="
+signed_content = "{timestamp}.{body}"
+timestamp_header = "X-Acme-Timestamp"
+id_pointer = "/id"
+event_type_pointer = "/type"
+"#;
+
+fn acme_hmac() -> Description {
+    toml::from_str(ACME_HMAC).unwrap_or_default()
+}
+
+/// Every provider's fixture source: the hand-written schemes', the generic
+/// scheme's, then one per catalogue entry.
 pub fn sources() -> Vec<Source> {
-    vec![
+    let standard = |provider: &str, secret: &str, other: &str| Source {
+        provider: provider.to_owned(),
+        secret: secret.to_owned(),
+        other_secret: other.to_owned(),
+        hmac: None,
+        delivery_id: format!("msg_fixture_{}_1", provider.replace('-', "_")),
+        event_type: None,
+        body: br#"{"type":"payment.succeeded","data":{"id":"pay_fx_1","order_id":"order_fx_1","amount":4200,"currency":"EUR"}}"#.to_vec(),
+        timestamped: true,
+        body_signed: true,
+    };
+    let mut sources = vec![
+        standard(
+            "standard-webhooks",
+            "whsec_Zml4dHVyZS1zdGFuZGFyZC13ZWJob29rcy0wMQ==",
+            "whsec_d3Jvbmctc2VjcmV0LXN0YW5kYXJkLXdlYmhvb2tz",
+        ),
+        standard(
+            "clerk",
+            "whsec_Zml4dHVyZS1jbGVyay13ZWJob29rcy0wMDE=",
+            "whsec_d3Jvbmctc2VjcmV0LWNsZXJrLXdlYmhvb2tz",
+        ),
+        standard(
+            "resend",
+            "whsec_Zml4dHVyZS1yZXNlbmQtd2ViaG9va3MtMDE=",
+            "whsec_d3Jvbmctc2VjcmV0LXJlc2VuZC13ZWJob29r",
+        ),
         Source {
-            provider: "standard-webhooks",
-            secret: "whsec_Zml4dHVyZS1zdGFuZGFyZC13ZWJob29rcy0wMQ==",
-            other_secret: "whsec_d3Jvbmctc2VjcmV0LXN0YW5kYXJkLXdlYmhvb2tz",
-            hmac: None,
-            delivery_id: "msg_fixture_standard_1",
-            event_type: None,
-            body: r#"{"type":"payment.succeeded","data":{"id":"pay_fx_1","order_id":"order_fx_1","amount":4200,"currency":"EUR"}}"#,
-            timestamped: true,
-        },
-        Source {
-            provider: "stripe",
-            secret: "whsec_fixture_stripe_0123456789abcdef",
-            other_secret: "whsec_wrong_stripe_0123456789abcdef",
-            hmac: None,
-            delivery_id: "evt_fixture_stripe_1",
-            event_type: None,
-            body: r#"{"id":"evt_fixture_stripe_1","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_fixture_1","object":"payment_intent","amount":4200,"amount_received":4200,"currency":"eur","metadata":{"order_id":"order_fx_2"}}}}"#,
-            timestamped: true,
-        },
-        Source {
-            provider: "github",
-            secret: "fixture-github-secret",
-            other_secret: "wrong-github-secret",
-            hmac: None,
-            delivery_id: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
-            event_type: Some("pull_request"),
-            body: r#"{"action":"opened","number":1,"repository":{"full_name":"acme/shop"}}"#,
-            timestamped: false,
-        },
-        Source {
-            provider: "shopify",
-            secret: "fixture-shopify-client-secret",
-            other_secret: "wrong-shopify-client-secret",
-            hmac: None,
-            delivery_id: "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
-            event_type: Some("orders/create"),
-            body: r#"{"id":820982911946154508,"email":"jon@example.com","total_price":"42.00","currency":"EUR"}"#,
-            timestamped: false,
-        },
-        Source {
-            provider: "slack",
-            secret: "fixture0slack0signing0secret0000",
-            other_secret: "wrong00slack0signing0secret00000",
-            hmac: None,
-            delivery_id: "Ev_fixture_1",
-            event_type: None,
-            body: r#"{"type":"event_callback","team_id":"T0001","event_id":"Ev_fixture_1","event":{"type":"app_mention","text":"hello"}}"#,
-            timestamped: true,
-        },
-        Source {
-            provider: "paddle",
-            secret: "pdl_ntfset_fixture_0123456789abcdef",
-            other_secret: "pdl_ntfset_wrong_0123456789abcdef",
-            hmac: None,
-            delivery_id: "evt_01fixturepaddle",
-            event_type: None,
-            body: r#"{"event_id":"evt_01fixturepaddle","event_type":"transaction.completed","occurred_at":"2026-01-01T00:00:00Z","data":{"id":"txn_01fixture","currency_code":"EUR","details":{"totals":{"grand_total":"4200"}},"custom_data":{"order_id":"order_fx_3"}}}"#,
-            timestamped: true,
-        },
-        Source {
-            provider: "hmac",
-            secret: "fixture-acme-secret",
-            other_secret: "wrong-acme-secret",
+            provider: "hmac".into(),
+            secret: "fixture-acme-secret".into(),
+            other_secret: "wrong-acme-secret".into(),
             hmac: Some(acme_hmac()),
-            delivery_id: "acme_evt_1",
+            delivery_id: "acme_evt_1".into(),
             event_type: None,
-            body: r#"{"id":"acme_evt_1","type":"invoice.paid"}"#,
+            body: br#"{"id":"acme_evt_1","type":"invoice.paid"}"#.to_vec(),
             timestamped: true,
+            body_signed: true,
         },
-    ]
+    ];
+    sources.extend(providers::entries().iter().map(Source::of));
+    sources
 }
 
 /// What a fixture should get from the receiver.
@@ -165,6 +169,9 @@ pub struct Fixture {
     /// The clock the receiver must use to accept `valid`.
     pub now: i64,
     pub headers: Vec<(String, String)>,
+    /// The query string to post with; empty: none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub query: String,
     pub body: String,
     pub expect: Expect,
 }
@@ -173,69 +180,94 @@ pub struct Fixture {
 /// stale fixtures of one source.
 pub fn generate(source: &Source) -> Result<Vec<Fixture>, FixtureError> {
     let provider = |secret: &str| {
-        providers::build(source.provider, &source.spec(secret))
-            .map_err(|e| FixtureError::Provider(source.provider, e.to_string()))
+        providers::build(&source.provider, &source.spec(secret))
+            .map_err(|e| FixtureError::Provider(source.provider.clone(), e.to_string()))
     };
-    let good = provider(source.secret)?;
-    let wrong = provider(source.other_secret)?;
+    let good = provider(&source.secret)?;
+    let wrong = provider(&source.other_secret)?;
     let sign = |p: &dyn providers::Provider, timestamp: i64| {
         client::sign(
             p,
-            source.delivery_id,
+            &source.delivery_id,
             timestamp,
-            source.event_type,
-            source.body.as_bytes().to_vec(),
+            source.event_type.as_deref(),
+            source.body.clone(),
         )
-        .map(|d| d.headers)
         .map_err(FixtureError::Sign)
     };
-    let fixture = |case: &str, headers, body: String, expect: Expect| Fixture {
-        provider: source.provider.to_owned(),
+    let fixture = |case: &str, delivery: client::SignedDelivery, expect: Expect| Fixture {
+        provider: source.provider.clone(),
         endpoint: source.endpoint(),
         case: case.to_owned(),
         now: NOW,
-        headers,
-        body,
+        headers: delivery.headers,
+        query: delivery.query,
+        body: String::from_utf8_lossy(&delivery.body).into_owned(),
         expect,
     };
     let refused = |problem: &str| Expect {
         status: 401,
         problem: Some(problem.to_owned()),
     };
-    let mut fixtures = vec![
-        fixture(
-            "valid",
-            sign(good.as_ref(), NOW)?,
-            source.body.to_owned(),
-            Expect {
-                status: 200,
-                problem: None,
-            },
-        ),
-        // The same bytes but one: a space after the opening brace is still the
-        // same JSON, and no longer the signed body.
-        fixture(
+    let valid = sign(good.as_ref(), NOW)?;
+    let invalid_status = good.invalid_signature_status().unwrap_or(401);
+    let mut fixtures = vec![fixture(
+        "valid",
+        valid.clone(),
+        Expect {
+            status: 200,
+            problem: None,
+        },
+    )];
+    if source.body_signed {
+        let mut tampered = valid.clone();
+        tampered.body = tamper(&tampered.body, &source.delivery_id);
+        fixtures.push(fixture(
             "tampered",
-            sign(good.as_ref(), NOW)?,
-            source.body.replacen('{', "{ ", 1),
-            refused("invalid-signature"),
-        ),
-        fixture(
-            "wrong-secret",
-            sign(wrong.as_ref(), NOW)?,
-            source.body.to_owned(),
-            refused("invalid-signature"),
-        ),
-    ];
+            tampered,
+            Expect {
+                status: invalid_status,
+                ..refused("invalid-signature")
+            },
+        ));
+    }
+    fixtures.push(fixture(
+        "wrong-secret",
+        sign(wrong.as_ref(), NOW)?,
+        Expect {
+            status: invalid_status,
+            ..refused("invalid-signature")
+        },
+    ));
     if source.timestamped {
         fixtures.push(fixture(
             "stale",
             sign(good.as_ref(), NOW - STALE_BY)?,
-            source.body.to_owned(),
             refused("stale-timestamp"),
         ));
     }
     Ok(fixtures)
+}
+
+/// The same request but for one signed byte: the delivery id changed where
+/// the body carries it, or else a space after the opening brace of JSON
+/// (still the same JSON, no longer the signed bytes), or else a changed last
+/// character of a form's last field.
+fn tamper(body: &[u8], delivery_id: &str) -> Vec<u8> {
+    let text = String::from_utf8_lossy(body);
+    if text.contains(delivery_id) {
+        return text
+            .replacen(delivery_id, &format!("{delivery_id}x"), 1)
+            .into_bytes();
+    }
+    if text.starts_with('{') || text.starts_with('[') {
+        return text.replacen(['{', '['], "{ ", 1).into_bytes();
+    }
+    let mut bytes = body.to_vec();
+    if let Some(last) = bytes.last_mut() {
+        *last = if *last == b'A' { b'B' } else { b'A' };
+    }
+    bytes
 }
 
 /// The TOML of every fixture endpoint (`fx-<provider>`), for a receiver that
@@ -244,55 +276,25 @@ pub fn endpoints_toml() -> String {
     let mut toml = String::new();
     for source in sources() {
         toml.push_str(&format!(
-            "[endpoints.{}]\nprovider = {:?}\nsecrets = [{:?}]\n",
+            "[endpoints.{}]\nprovider = {:?}\nsecrets = [{:?}]\nurl = {URL:?}\n",
             source.endpoint(),
             source.provider,
             source.secret
         ));
-        if let Some(hmac) = &source.hmac {
+        if source.hmac.is_some() {
             toml.push_str(&format!(
-                "[endpoints.{}.hmac]\n{}",
+                "[endpoints.{}.hmac]\n{ACME_HMAC}",
                 source.endpoint(),
-                hmac_toml(hmac)
             ));
         }
     }
     toml
 }
 
-fn hmac_toml(spec: &HmacSpec) -> String {
-    let mut lines = vec![
-        format!("signature_header = {:?}", spec.signature_header),
-        format!(
-            "algorithm = {:?}",
-            format!("{:?}", spec.algorithm).to_lowercase()
-        ),
-        format!(
-            "encoding = {:?}",
-            format!("{:?}", spec.encoding).to_lowercase()
-        ),
-        format!("prefix = {:?}", spec.prefix),
-        format!("signed_content = {:?}", spec.signed_content),
-    ];
-    let optional = [
-        ("timestamp_header", &spec.timestamp_header),
-        ("id_header", &spec.id_header),
-        ("id_pointer", &spec.id_pointer),
-        ("event_type_header", &spec.event_type_header),
-        ("event_type_pointer", &spec.event_type_pointer),
-    ];
-    lines.extend(
-        optional
-            .iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} = {v:?}"))),
-    );
-    lines.join("\n") + "\n"
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
     #[error("cannot build the {0} fixture provider: {1}")]
-    Provider(&'static str, String),
+    Provider(String, String),
     #[error(transparent)]
     Sign(#[from] SignError),
     #[error("cannot write {path}: {source}")]
@@ -307,7 +309,7 @@ pub enum FixtureError {
 pub fn write_all(dir: &std::path::Path) -> Result<usize, FixtureError> {
     let mut written = 0;
     for source in sources() {
-        let folder = dir.join(source.provider);
+        let folder = dir.join(&source.provider);
         let write_error = |path: &std::path::Path, source| FixtureError::Write {
             path: path.display().to_string(),
             source,

@@ -52,7 +52,7 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => {
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?
         }
-        None => client::sample_payment(&id),
+        None => client::sample_body(provider, &id),
     };
     let url = args.url.unwrap_or_else(|| {
         let listen = settings.listen.replace("0.0.0.0", "127.0.0.1");
@@ -68,11 +68,17 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
     // The key the receiver stores the delivery under, which is not `--id`
     // for schemes that read it from the body (Stripe's `evt_...`).
     let identity = match client::identity(provider, &delivery) {
-        Ok(identity) => format!(
-            "key {}, event type {}",
-            identity.key,
-            identity.event_type.as_deref().unwrap_or("(none)")
-        ),
+        Ok(identities) => identities
+            .iter()
+            .map(|identity| {
+                format!(
+                    "key {}, event type {}",
+                    identity.key,
+                    identity.event_type.as_deref().unwrap_or("(none)")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
         Err(rejection) => format!("no key: {rejection}"),
     };
     let answer = post_once_listening(&url, &delivery, args.wait).await?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The signature scheme (stripe, github, standard-webhooks, shopify, slack, paddle).
+    /// The signature scheme: any provider name (see `idempotent-receiver providers`).
     #[arg(
         long,
         required_unless_present = "endpoint",
@@ -84,8 +84,11 @@ pub fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
         &id,
         timestamp,
         args.event_type.as_deref(),
-        body,
+        body.clone(),
     )?;
+    // A scheme that signs inside the body (Adyen) or posts a form
+    // (Braintree) sends other bytes than the file's: curl then carries them.
+    let body_file = (delivery.body == body).then(|| args.file.to_string_lossy().into_owned());
     match args.format {
         Format::Headers => {
             for (name, value) in &delivery.headers {
@@ -109,7 +112,7 @@ pub fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
             });
             println!(
                 "{}",
-                client::curl_command(&url, &delivery, &args.file.to_string_lossy())
+                client::curl_command(&url, &delivery, body_file.as_deref())
             );
         }
         Format::Json => println!(

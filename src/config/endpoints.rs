@@ -1,6 +1,6 @@
 use super::error::{ConfigError, Source};
 use crate::environment::Env;
-use crate::providers::{self, HmacSpec, ProviderConfigError, ProviderSpec};
+use crate::providers::{self, Description, ProviderConfigError, ProviderSpec};
 use crate::webhooks::EndpointSettings;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -17,8 +17,14 @@ pub(super) struct RawEndpoint {
     tolerance: Option<String>,
     handlers: Option<Vec<String>>,
     max_body_bytes: Option<usize>,
-    hmac: Option<HmacSpec>,
+    hmac: Option<Description>,
     retention: Option<String>,
+    /// The public URL the provider posts to (Square, Twilio, HubSpot).
+    url: Option<String>,
+    /// PayPal's webhook id.
+    webhook_id: Option<String>,
+    /// PayPal: the pinned signing certificate.
+    certificate: Option<std::path::PathBuf>,
 }
 
 /// Every configured endpoint, its verifier built (so that a bad secret is
@@ -73,11 +79,15 @@ fn parse_one(
         secrets,
         tolerance,
         hmac: endpoint.hmac.clone(),
+        url: endpoint.url.clone(),
+        webhook_id: endpoint.webhook_id.clone(),
+        certificate: endpoint.certificate.clone(),
     };
     let provider = providers::build(&endpoint.provider, &spec).map_err(|e| {
         let field = match e {
             ProviderConfigError::UnknownProvider => "provider",
-            ProviderConfigError::Invalid(_) => "hmac",
+            ProviderConfigError::Invalid(_) if endpoint.provider == "hmac" => "hmac",
+            ProviderConfigError::Invalid(_) => "provider",
             _ => "secrets",
         };
         source.invalid(&key(field), e.to_string())

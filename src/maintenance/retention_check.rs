@@ -66,7 +66,7 @@ pub fn short_retentions(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{self, HmacSpec, ProviderSpec};
+    use crate::providers::{self, Description, ProviderSpec};
     use std::sync::Arc;
 
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -74,7 +74,7 @@ mod tests {
 
     fn endpoint(name: &str, provider: &str, secret: &str) -> EndpointSettings {
         let hmac = (provider == "hmac").then(|| {
-            toml::from_str::<HmacSpec>("signature_header = \"X-Sig\"\nid_body_hash = true").unwrap()
+            toml::from_str::<Description>("signature_header = \"X-Sig\"\nid_body_hash = true").unwrap()
         });
         let spec = ProviderSpec {
             secrets: vec![secret.to_owned()],

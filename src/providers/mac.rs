@@ -2,12 +2,16 @@
 
 use crate::secret::Secret;
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Sha256, Sha512};
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha512};
+use subtle::ConstantTimeEq;
 
 /// The hash under an HMAC scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
+    /// Only where a sender still signs with it (Intercom, Twilio, Braintree).
+    Sha1,
     #[default]
     Sha256,
     Sha512,
@@ -17,6 +21,7 @@ impl Algorithm {
     /// The tag length in bytes.
     pub fn tag_len(self) -> usize {
         match self {
+            Algorithm::Sha1 => 20,
             Algorithm::Sha256 => 32,
             Algorithm::Sha512 => 64,
         }
@@ -28,6 +33,7 @@ impl Algorithm {
 /// tag is never a valid one, see [`verify`].
 pub fn sign(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     match algorithm {
+        Algorithm::Sha1 => tag::<Hmac<Sha1>>(key, parts),
         Algorithm::Sha256 => tag::<Hmac<Sha256>>(key, parts),
         Algorithm::Sha512 => tag::<Hmac<Sha512>>(key, parts),
     }
@@ -40,9 +46,37 @@ pub fn verify(algorithm: Algorithm, key: &[u8], parts: &[&[u8]], candidate: &[u8
         return false;
     }
     match algorithm {
+        Algorithm::Sha1 => check::<Hmac<Sha1>>(key, parts, candidate),
         Algorithm::Sha256 => check::<Hmac<Sha256>>(key, parts, candidate),
         Algorithm::Sha512 => check::<Hmac<Sha512>>(key, parts, candidate),
     }
+}
+
+/// The plain hash of `key` followed by `parts`: not a MAC, but what some
+/// senders compute (HubSpot's v1 and v2 signatures).
+pub fn key_prefixed_hash(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    fn digest<D: Digest>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        let mut hasher = D::new();
+        hasher.update(key);
+        for part in parts {
+            hasher.update(part);
+        }
+        hasher.finalize().to_vec()
+    }
+    match algorithm {
+        Algorithm::Sha1 => digest::<Sha1>(key, parts),
+        Algorithm::Sha256 => digest::<Sha256>(key, parts),
+        Algorithm::Sha512 => digest::<Sha512>(key, parts),
+    }
+}
+
+/// Whether two byte strings are equal, in time that depends only on their
+/// lengths; different lengths are never equal, and an empty `expected`
+/// matches nothing.
+pub fn equal(expected: &[u8], candidate: &[u8]) -> bool {
+    !expected.is_empty()
+        && expected.len() == candidate.len()
+        && bool::from(expected.ct_eq(candidate))
 }
 
 /// Whether any of `candidates` is the HMAC of `parts` under `key`, each

@@ -2,32 +2,27 @@
 //! secrets, now): it performs no I/O and holds no clock of its own, so old
 //! published vectors verify by passing their own `now`.
 
-mod github;
-mod hmac;
+mod catalogue;
+mod described;
+pub mod description;
+mod examples;
 pub mod mac;
-mod paddle;
 mod rejection;
 mod retry_window;
 mod secrets;
-mod shopify;
-mod signature_list;
-mod slack;
 mod spec;
 mod standard_webhooks;
-mod stripe;
 #[cfg(test)]
 mod test_support;
 
-pub use github::GitHub;
-pub use hmac::GenericHmac;
-pub use paddle::Paddle;
+pub use catalogue::{Entry, entries};
+pub use described::Described;
+pub use description::{Description, Encoding};
+pub use examples::{example_body, example_secret};
 pub use rejection::Rejection;
-pub use retry_window::{RETRY_WINDOWS, RetryWindow, retry_window_of};
-pub use shopify::Shopify;
-pub use slack::Slack;
-pub use spec::{Encoding, HmacSpec, ProviderSpec};
+pub use retry_window::RetryWindow;
+pub use spec::ProviderSpec;
 pub use standard_webhooks::StandardWebhooks;
-pub use stripe::Stripe;
 
 use actix_web::http::header::HeaderMap;
 use chrono::{DateTime, Utc};
@@ -35,10 +30,27 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// The parts of a delivery a verifier looks at: the raw body, never a
-/// re-serialisation of it.
+/// re-serialisation of it, and the request line's method and query (some
+/// schemes sign the URL the sender posted to).
+#[derive(Clone, Copy)]
 pub struct SignedRequest<'a> {
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
+    pub method: &'a str,
+    /// The raw query string, without `?`; empty when there is none.
+    pub query: &'a str,
+}
+
+impl<'a> SignedRequest<'a> {
+    /// A `POST` without a query string, as most providers send.
+    pub fn post(headers: &'a HeaderMap, body: &'a [u8]) -> SignedRequest<'a> {
+        SignedRequest {
+            headers,
+            body,
+            method: "POST",
+            query: "",
+        }
+    }
 }
 
 /// A delivery whose signature checked out.
@@ -49,44 +61,95 @@ pub struct Verified {
     pub secret_index: usize,
 }
 
+/// One logical delivery in a request: most requests carry one; a batch
+/// (Adyen's `notificationItems`, GoCardless's `events`, HubSpot's array)
+/// carries several, and each is its own key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// The provider's delivery or event id: the key.
+    pub key: String,
+    pub event_type: Option<String>,
+    /// A batch item's own payload; `None`: the whole request's payload.
+    pub item: Option<Value>,
+    /// Whether the signature covers the key. Where it does not (GitHub's
+    /// delivery header, Razorpay's event-id header), a captured body replayed
+    /// under a fresh id would look new, so the receiver also refuses a second
+    /// delivery of the same body.
+    pub key_signed: bool,
+}
+
+/// What a handshake is answered with instead of processing anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandshakeReply {
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+#[async_trait::async_trait]
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The name used in configuration (`provider = "..."`).
     fn name(&self) -> &'static str;
 
+    /// Work a verification needs done away from the request's thread before
+    /// [`Provider::verify`]: fetching a signing certificate (PayPal). Most
+    /// schemes need none.
+    async fn prepare(&self, _headers: &HeaderMap) -> Result<(), Rejection> {
+        Ok(())
+    }
+
+    /// Checks the signature (every item's, where each item is signed) and
+    /// then the timestamp, against `now`.
     fn verify(
         &self,
         request: &SignedRequest<'_>,
         now: DateTime<Utc>,
     ) -> Result<Verified, Rejection>;
 
-    /// The key of the delivery: the provider's delivery or event id.
-    fn delivery_id(
+    /// The verified payload as JSON: the body itself for most providers; the
+    /// form fields or a decoded document for the others.
+    fn payload(&self, request: &SignedRequest<'_>) -> Result<Value, Rejection> {
+        crate::webhooks::parse_payload(request.body).map_err(|_| Rejection::MalformedBody)
+    }
+
+    /// A handshake the provider demands before it delivers anything (Slack's
+    /// `url_verification`, Twitch's challenge): verified like a delivery,
+    /// answered in the provider's form, and never claims a key.
+    fn handshake(
+        &self,
+        _request: &SignedRequest<'_>,
+        _payload: &Value,
+        _verified: &Verified,
+    ) -> Result<Option<HandshakeReply>, Rejection> {
+        Ok(None)
+    }
+
+    /// The deliveries the request carries, each with its key.
+    fn deliveries(
         &self,
         request: &SignedRequest<'_>,
         payload: &Value,
-    ) -> Result<String, Rejection>;
+    ) -> Result<Vec<Delivery>, Rejection>;
 
-    fn event_type(&self, request: &SignedRequest<'_>, payload: &Value) -> Option<String>;
+    /// The exact body a provider demands for a processed delivery (Adyen's
+    /// `[accepted]`); `None`: the receiver's own JSON answer.
+    fn acknowledgement(&self) -> Option<&'static str> {
+        None
+    }
 
-    /// Whether the delivery id is covered by the signature. Where it is not
-    /// (GitHub, Shopify), a captured body replayed under a fresh id would look
-    /// new, so the receiver also refuses a second delivery of the same body.
-    fn delivery_id_is_signed(&self) -> bool {
-        true
+    /// The status a provider asks for on an invalid signature (GoCardless:
+    /// 498); `None`: 401.
+    fn invalid_signature_status(&self) -> Option<u16> {
+        None
     }
 
     /// How long the provider keeps retrying a failed delivery, as it
     /// documents it; a retention shorter than this lets a legitimate retry
-    /// run twice. The values and their sources are one table,
-    /// [`RETRY_WINDOWS`] (Stripe and Paddle 3 days, Svix about 28 h, Shopify
-    /// 4 h, Slack minutes, GitHub none).
-    fn retry_window(&self) -> RetryWindow {
-        retry_window_of(self.name())
-    }
+    /// run twice.
+    fn retry_window(&self) -> RetryWindow;
 
-    /// The headers the provider would send for `input.body`, signed with the
+    /// The request the provider would send for `input.body`, signed with the
     /// first configured secret (for `send`, `sign`, fixtures and tests).
-    fn sign(&self, input: &SignInput<'_>) -> Result<Vec<(String, String)>, SignError>;
+    fn sign(&self, input: &SignInput<'_>) -> Result<Signed, SignError>;
 }
 
 /// What to sign: providers whose id or type live in headers put them there;
@@ -99,23 +162,55 @@ pub struct SignInput<'a> {
     pub event_type: Option<&'a str>,
 }
 
+/// A signed request: its headers, and the body and query string where the
+/// scheme changes or sets them (a signature inside the body, a form).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    pub headers: Vec<(String, String)>,
+    /// `None`: the input body as it is.
+    pub body: Option<Vec<u8>>,
+    /// The query string to post to, without `?`; empty: none.
+    pub query: String,
+}
+
+impl Signed {
+    pub fn headers(headers: Vec<(String, String)>) -> Signed {
+        Signed {
+            headers,
+            body: None,
+            query: String::new(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SignError {
     #[error("the endpoint has no secret to sign with")]
     NoSecret,
     #[error("this provider signs with a private key, which the receiver does not hold")]
     NoSigningKey,
+    #[error("cannot sign this body: {0}")]
+    Body(String),
 }
 
-/// The provider names `provider = "..."` accepts.
-pub const PROVIDERS: &[&str] = &[
+/// The provider names `provider = "..."` accepts: the catalogue's, the
+/// hand-written schemes' and the generic `hmac`.
+pub fn names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = HAND_WRITTEN.to_vec();
+    names.extend(catalogue::entries().iter().map(|d| d.name.as_str()));
+    names.push("hmac");
+    names.sort_unstable();
+    names
+}
+
+/// The schemes that are code rather than catalogue entries: asymmetric
+/// signatures, and the Standard Webhooks family.
+const HAND_WRITTEN: &[&str] = &[
     "standard-webhooks",
-    "stripe",
-    "github",
-    "shopify",
-    "slack",
-    "paddle",
-    "hmac",
+    "clerk",
+    "resend",
+    "discord",
+    "paypal",
 ];
 
 /// Builds the provider named in configuration. The error says what is wrong
@@ -123,19 +218,33 @@ pub const PROVIDERS: &[&str] = &[
 pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, ProviderConfigError> {
     match name {
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
-        "stripe" => Ok(Box::new(Stripe::new(spec)?)),
-        "github" => Ok(Box::new(GitHub::new(spec)?)),
-        "shopify" => Ok(Box::new(Shopify::new(spec)?)),
-        "slack" => Ok(Box::new(Slack::new(spec)?)),
-        "paddle" => Ok(Box::new(Paddle::new(spec)?)),
-        "hmac" => Ok(Box::new(GenericHmac::new(spec)?)),
-        _ => Err(ProviderConfigError::UnknownProvider),
+        "clerk" => Ok(Box::new(StandardWebhooks::named("clerk", spec)?)),
+        "resend" => Ok(Box::new(StandardWebhooks::named("resend", spec)?)),
+        "hmac" => {
+            let description = spec.hmac.as_ref().ok_or_else(|| {
+                ProviderConfigError::Invalid(
+                    "provider = \"hmac\" needs an hmac table, with at least signature_header"
+                        .to_owned(),
+                )
+            })?;
+            // An operator's own description runs under the name `hmac`,
+            // whatever it calls itself: metrics and logs name it so.
+            let description = Description {
+                name: "hmac".to_owned(),
+                ..description.clone()
+            };
+            Ok(Box::new(Described::new(&description, spec)?))
+        }
+        _ => match catalogue::find(name) {
+            Some(description) => Ok(Box::new(Described::new(description, spec)?)),
+            None => Err(ProviderConfigError::UnknownProvider),
+        },
     }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProviderConfigError {
-    #[error("unknown provider (expected one of: {})", PROVIDERS.join(", "))]
+    #[error("unknown provider (expected one of: {})", names().join(", "))]
     UnknownProvider,
     #[error("secret #{index} is malformed: {reason}")]
     MalformedSecret { index: usize, reason: &'static str },
@@ -235,19 +344,20 @@ fn within_tolerance(distance_secs: u64, tolerance: Duration) -> Result<(), Rejec
 
 /// Parses a Unix timestamp in seconds; anything outside 2000..2200 is absurd.
 pub(crate) fn parse_timestamp(value: &str, header: &'static str) -> Result<i64, Rejection> {
+    parse_timestamp_text(value).ok_or(Rejection::MalformedHeader {
+        header,
+        reason: "it is not a plausible Unix timestamp in seconds",
+    })
+}
+
+/// A Unix timestamp in seconds between 2000 and 2200, written in digits only.
+pub(crate) fn parse_timestamp_text(value: &str) -> Option<i64> {
     const MIN: i64 = 946_684_800; // 2000-01-01
     const MAX: i64 = 7_258_118_400; // 2200-01-01
-    let malformed = |reason| Rejection::MalformedHeader { header, reason };
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(malformed("it is not a Unix timestamp in seconds"));
+    if value.is_empty() || value.len() > 12 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-    let timestamp: i64 = value
-        .parse()
-        .map_err(|_| malformed("it is not a Unix timestamp in seconds"))?;
-    if !(MIN..=MAX).contains(&timestamp) {
-        return Err(malformed("it is not a plausible Unix timestamp"));
-    }
-    Ok(timestamp)
+    value.parse().ok().filter(|t| (MIN..=MAX).contains(t))
 }
 
 /// The string at JSON pointer `pointer` in the body, as a key. Absent or not

@@ -20,4 +20,12 @@ pub enum Rejection {
     /// The key lives in the body and is not there.
     #[error("the body has no delivery id at {0}")]
     MissingKey(&'static str),
+    /// A signed value that lives in the body, the form or the query.
+    #[error("the request has no {0}")]
+    MissingField(&'static str),
+    #[error("{field} is malformed: {reason}")]
+    MalformedField {
+        field: &'static str,
+        reason: &'static str,
+    },
 }

@@ -25,8 +25,9 @@
 use super::mac::{self, Algorithm};
 use super::secrets::parse_each;
 use super::{
-    Provider, ProviderConfigError, ProviderSpec, Rejection, SignError, SignInput, SignedRequest,
-    Verified, check_key, check_timestamp, header, parse_timestamp,
+    Delivery, Provider, ProviderConfigError, ProviderSpec, Rejection, RetryWindow, SignError,
+    SignInput, Signed, SignedRequest, Verified, check_key, check_timestamp, header,
+    parse_timestamp,
 };
 use crate::secret::Secret;
 use actix_web::http::header::HeaderMap;
@@ -45,11 +46,21 @@ const PRIVATE_KEY_PREFIX: &str = "whsk_";
 const PRIVATE_KEY_REFUSED: &str = "it is a whsk_ private key: configure the sender's whpk_ \
     public key instead (the receiver only verifies, and the private key should never leave \
     the sender)";
+/// Svix's schedule, which Standard Webhooks senders follow: after the first
+/// attempt 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: 27 h 35 min 5 s.
+const RETRY_WINDOW: RetryWindow = RetryWindow::Retries {
+    window: Duration::from_secs(5 + 5 * 60 + 30 * 60 + 2 * 3600 + 5 * 3600 + 20 * 3600),
+    schedule: "Svix: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h",
+    source: "https://docs.svix.com/retries",
+};
 /// The specification's recommended tolerance.
 pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 pub struct StandardWebhooks {
+    /// `standard-webhooks`, or the name of a provider that sends it
+    /// unchanged (`clerk`, `resend`).
+    name: &'static str,
     keys: Vec<Key>,
     tolerance: Duration,
 }
@@ -82,7 +93,13 @@ struct Candidates {
 
 impl StandardWebhooks {
     pub fn new(spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
+        Self::named("standard-webhooks", spec)
+    }
+
+    /// The scheme under the name of a provider that sends it as it is.
+    pub fn named(name: &'static str, spec: &ProviderSpec) -> Result<Self, ProviderConfigError> {
         Ok(StandardWebhooks {
+            name,
             keys: parse_each(&spec.secrets, Self::parse_key)?,
             tolerance: spec.tolerance_or(DEFAULT_TOLERANCE),
         })
@@ -208,9 +225,10 @@ fn signed_parts<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8
     [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
 }
 
+#[async_trait::async_trait]
 impl Provider for StandardWebhooks {
     fn name(&self) -> &'static str {
-        "standard-webhooks"
+        self.name
     }
 
     fn verify(
@@ -248,19 +266,29 @@ impl Provider for StandardWebhooks {
         Ok(Verified { secret_index })
     }
 
-    fn delivery_id(&self, request: &SignedRequest<'_>, _: &Value) -> Result<String, Rejection> {
+    /// The `webhook-id` is the key, and the signature covers it.
+    fn deliveries(
+        &self,
+        request: &SignedRequest<'_>,
+        payload: &Value,
+    ) -> Result<Vec<Delivery>, Rejection> {
         let id = Self::headers(request.headers)?.id;
         check_key(id)?;
-        Ok(id.to_owned())
+        Ok(vec![Delivery {
+            key: id.to_owned(),
+            event_type: payload.get("type").and_then(Value::as_str).map(str::to_owned),
+            item: None,
+            key_signed: true,
+        }])
     }
 
-    fn event_type(&self, _: &SignedRequest<'_>, payload: &Value) -> Option<String> {
-        payload.get("type")?.as_str().map(str::to_owned)
+    fn retry_window(&self) -> RetryWindow {
+        RETRY_WINDOW
     }
 
     /// Signs with the first `whsec_` key. Public keys cannot sign: the
     /// private half stays with the sender.
-    fn sign(&self, input: &SignInput<'_>) -> Result<Vec<(String, String)>, SignError> {
+    fn sign(&self, input: &SignInput<'_>) -> Result<Signed, SignError> {
         let secret = self
             .keys
             .iter()
@@ -275,11 +303,13 @@ impl Provider for StandardWebhooks {
             })?;
         let timestamp = input.timestamp.to_string();
         let signature = Self::signature(secret, input.delivery_id, &timestamp, input.body);
-        Ok(vec![
-            ("webhook-id".into(), input.delivery_id.into()),
-            ("webhook-timestamp".into(), timestamp),
-            ("webhook-signature".into(), format!("v1,{signature}")),
-        ])
+        // Clerk and Resend send the `svix-` names; either is accepted.
+        let prefix = if self.name == "standard-webhooks" { "webhook" } else { "svix" };
+        Ok(Signed::headers(vec![
+            (format!("{prefix}-id"), input.delivery_id.into()),
+            (format!("{prefix}-timestamp"), timestamp),
+            (format!("{prefix}-signature"), format!("v1,{signature}")),
+        ]))
     }
 }
 
@@ -329,7 +359,7 @@ mod tests {
             event_type: None,
         };
         let headers = provider(&[SECRET]).sign(&input).unwrap();
-        assert_eq!(headers[2], ("webhook-signature".into(), SIGNATURE.into()));
+        assert_eq!(headers.headers[2], ("webhook-signature".into(), SIGNATURE.into()));
     }
 
     #[test]
@@ -711,7 +741,7 @@ mod tests {
             event_type: None,
         };
         let headers = provider(&[GO_PUBLIC_KEY, SECRET]).sign(&input).unwrap();
-        assert_eq!(headers[2], ("webhook-signature".into(), SIGNATURE.into()));
+        assert_eq!(headers.headers[2], ("webhook-signature".into(), SIGNATURE.into()));
     }
 
     // Interoperability with the official client, the `svix` crate: its
@@ -769,7 +799,7 @@ mod tests {
                     event_type: None,
                 };
                 let mut map = http::HeaderMap::new();
-                for (name, value) in provider(&[secret]).sign(&input).unwrap() {
+                for (name, value) in provider(&[secret]).sign(&input).unwrap().headers {
                     map.insert(
                         http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
                         http::HeaderValue::from_str(&value).unwrap(),

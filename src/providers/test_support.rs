@@ -11,7 +11,7 @@ pub fn spec(secrets: &[&str], tolerance: Option<Duration>) -> ProviderSpec {
     ProviderSpec {
         secrets: secrets.iter().map(|s| s.to_string()).collect(),
         tolerance,
-        hmac: None,
+        ..ProviderSpec::default()
     }
 }
 
@@ -56,7 +56,10 @@ pub fn delivery_id_for(
     body: &[u8],
     payload: &Value,
 ) -> Result<String, Rejection> {
-    with_request(pairs, body, |request| p.delivery_id(request, payload))
+    with_request(pairs, body, |request| {
+        p.deliveries(request, payload)
+            .map(|mut deliveries| deliveries.remove(0).key)
+    })
 }
 
 /// `p.event_type` of `payload` under `pairs`.
@@ -66,7 +69,11 @@ pub fn event_type_for(
     body: &[u8],
     payload: &Value,
 ) -> Option<String> {
-    with_request(pairs, body, |request| p.event_type(request, payload))
+    with_request(pairs, body, |request| {
+        p.deliveries(request, payload)
+            .ok()
+            .and_then(|mut deliveries| deliveries.remove(0).event_type)
+    })
 }
 
 fn with_request<T>(
@@ -75,10 +82,7 @@ fn with_request<T>(
     f: impl FnOnce(&SignedRequest<'_>) -> T,
 ) -> T {
     let map = headers(pairs);
-    f(&SignedRequest {
-        headers: &map,
-        body,
-    })
+    f(&SignedRequest::post(&map, body))
 }
 
 /// Whether `result` names `header` as malformed.

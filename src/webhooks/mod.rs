@@ -6,7 +6,7 @@ mod payload;
 mod settings;
 
 pub use operation::RunHandlers;
-pub use payload::{NUL_REPLACEMENT, parse_payload};
+pub use payload::{NUL_REPLACEMENT, parse_payload, replace_nul};
 pub use settings::EndpointSettings;
 
 use crate::clock::SharedClock;
@@ -18,7 +18,6 @@ use crate::providers::{Provider, Rejection, SignedRequest};
 use crate::reply;
 use crate::telemetry::metrics::{self, Conflict};
 use crate::telemetry::request_id::{AnswerLogged, millis};
-use actix_web::http::header::HeaderMap;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -170,68 +169,175 @@ async fn answer(
         Err(problem) => return refuse(problem, None),
     };
     let received_at = webhooks.engine().store().clock().naive_now();
-    let verified = verify(
-        &endpoint,
-        request.headers(),
-        body,
-        webhooks.clock.now(),
-        received_at,
-    );
-    let (claim, event) = match verified {
-        Ok(verified) => verified,
-        Err(rejection) => {
-            return refuse(Problem::from(&rejection), Some(rejection.to_string()));
+    let provider_ref = endpoint.provider.as_ref();
+    let refuse_rejection = |rejection: Rejection| {
+        let mut problem = Problem::from(&rejection);
+        if rejection == Rejection::InvalidSignature
+            && let Some(status) = provider_ref.invalid_signature_status()
+            && let Ok(status) = actix_web::http::StatusCode::from_u16(status)
+        {
+            problem.status = status.as_u16();
         }
+        refuse(problem, Some(rejection.to_string()))
+    };
+    if let Err(rejection) = endpoint.provider.prepare(request.headers()).await {
+        return refuse_rejection(rejection);
+    }
+    let signed = SignedRequest {
+        headers: request.headers(),
+        body: &body,
+        method: request.method().as_str(),
+        query: request.query_string(),
+    };
+    let incoming = match verify(&endpoint, &signed, &body, webhooks.clock.now(), received_at) {
+        Ok(incoming) => incoming,
+        Err(rejection) => return refuse_rejection(rejection),
     };
     metrics::delivery_verified(&endpoint.name, provider);
+    let deliveries = match incoming {
+        Incoming::Handshake(reply) => {
+            tracing::info!("handshake answered");
+            return Answered {
+                response: HttpResponse::Ok()
+                    .content_type(reply.content_type)
+                    .body(reply.body),
+                outcome: "handshake",
+                reason: None,
+                detail: None,
+            };
+        }
+        Incoming::Deliveries(deliveries) => deliveries,
+    };
     let span = tracing::Span::current();
-    // A delivery id is visible ASCII (`check_key`), but the event type is
-    // any string of the sender's body.
-    span.record("delivery_id", field::display(escaped(&claim.key)));
-    span.record(
-        "event_type",
-        field::display(escaped(claim.event_type.as_deref().unwrap_or(""))),
-    );
+    if let Some((claim, _)) = deliveries.first() {
+        // A delivery id is visible ASCII (`check_key`), but the event type
+        // is any string of the sender's body.
+        span.record("delivery_id", field::display(escaped(&claim.key)));
+        span.record(
+            "event_type",
+            field::display(escaped(claim.event_type.as_deref().unwrap_or(""))),
+        );
+    }
+    let batch = deliveries.len() > 1;
+    let mut results = Vec::with_capacity(deliveries.len());
+    for (claim, event) in deliveries {
+        let result = process_one(webhooks, &endpoint, claim, event, span.clone()).await;
+        let Some(result) = result else {
+            let problem = Problem::processing_failed();
+            metrics::delivery_failed(&endpoint.name, provider, problem.slug(), started.elapsed());
+            return Answered {
+                response: problem.to_response(),
+                outcome: "failed",
+                reason: None,
+                detail: None,
+            };
+        };
+        count(&endpoint.name, provider, &result.1, started.elapsed());
+        // A batch stops at the first item that did not finish: the provider
+        // retries the whole batch, and the finished items replay.
+        let finished = matches!(result.1, Ok(Outcome::Fresh(_) | Outcome::Replayed(_)));
+        results.push(result);
+        if !finished {
+            break;
+        }
+    }
+    respond_to(endpoint.provider.as_ref(), results, batch)
+}
 
+/// Claims and processes one delivery. `None`: the processing task panicked.
+async fn process_one(
+    webhooks: &Webhooks,
+    endpoint: &Arc<Endpoint>,
+    claim: ClaimRequest,
+    event: Event,
+    span: tracing::Span,
+) -> Option<(String, Result<Outcome, EngineError>)> {
     let engine = webhooks.engine().clone();
-    let result = match engine.answer_from_cache(&claim) {
-        Some(outcome) => Ok(outcome),
-        None => {
-            let operation =
-                RunHandlers::new(endpoint.clone(), event, engine.store().clock().clone());
-            // Once a delivery is claimed it runs to the end even if the
-            // sender hangs up: a cancelled future would leave its
-            // transaction to the pool to clean. The task carries the
-            // request's spans, so that the engine's lines name the request
-            // and the delivery.
-            let task = actix_web::rt::spawn(
-                async move { engine.process(&claim, &operation).await }.instrument(span),
-            );
-            match task.await {
-                Ok(result) => result,
-                Err(error) => {
-                    tracing::error!(%error, "processing task panicked");
-                    let problem = Problem::processing_failed();
-                    metrics::delivery_failed(
-                        &endpoint.name,
-                        provider,
-                        problem.slug(),
-                        started.elapsed(),
-                    );
-                    return Answered {
-                        response: problem.to_response(),
-                        outcome: "failed",
-                        reason: None,
-                        detail: None,
-                    };
-                }
+    let key = claim.key.clone();
+    if let Some(outcome) = engine.answer_from_cache(&claim) {
+        return Some((key, Ok(outcome)));
+    }
+    let operation = RunHandlers::new(endpoint.clone(), event, engine.store().clock().clone());
+    // Once a delivery is claimed it runs to the end even if the sender hangs
+    // up: a cancelled future would leave its transaction to the pool to
+    // clean. The task carries the request's spans, so that the engine's
+    // lines name the request and the delivery.
+    let task = actix_web::rt::spawn(
+        async move { engine.process(&claim, &operation).await }.instrument(span),
+    );
+    match task.await {
+        Ok(result) => Some((key, result)),
+        Err(error) => {
+            tracing::error!(%error, "processing task panicked");
+            None
+        }
+    }
+}
+
+/// The answer to a request's deliveries. One delivery is answered with its
+/// stored response, byte for byte. A batch whose items all finished gets
+/// 200 and each item's outcome; otherwise the first unfinished item's answer
+/// (a 409 to retry, a 5xx), so that the provider sends the batch again.
+/// A provider that demands a fixed acknowledgement (Adyen's `[accepted]`)
+/// gets it for a finished delivery.
+fn respond_to(
+    provider: &dyn Provider,
+    mut results: Vec<(String, Result<Outcome, EngineError>)>,
+    batch: bool,
+) -> Answered {
+    let finished = |r: &Result<Outcome, EngineError>| {
+        matches!(r, Ok(Outcome::Fresh(_) | Outcome::Replayed(_)))
+    };
+    let all_finished = results.iter().all(|(_, r)| finished(r));
+    if !all_finished || (!batch && provider.acknowledgement().is_none()) {
+        let Some((_, result)) = results.pop() else {
+            return Answered::refused(&Problem::from(&Rejection::MalformedBody), None);
+        };
+        return Answered {
+            outcome: reply::outcome_name(&result),
+            response: reply::respond(result),
+            reason: None,
+            detail: None,
+        };
+    }
+    let outcome = if results.iter().all(|(_, r)| matches!(r, Ok(Outcome::Replayed(_)))) {
+        "replayed"
+    } else {
+        "processed"
+    };
+    let response = match provider.acknowledgement() {
+        Some(body) => {
+            let mut response = HttpResponse::Ok();
+            response.content_type("text/plain; charset=utf-8");
+            if outcome == "replayed" {
+                response.insert_header((reply::REPLAYED_HEADER, "true"));
             }
+            response.body(body)
+        }
+        None => {
+            let items: Vec<serde_json::Value> = results
+                .iter()
+                .map(|(key, result)| {
+                    let status = match result {
+                        Ok(Outcome::Fresh(stored) | Outcome::Replayed(stored)) => stored.status,
+                        _ => 500,
+                    };
+                    serde_json::json!({
+                        "delivery_id": key,
+                        "outcome": reply::outcome_name(result),
+                        "status": status,
+                    })
+                })
+                .collect();
+            HttpResponse::Ok().json(serde_json::json!({
+                "status": "processed",
+                "deliveries": items,
+            }))
         }
     };
-    count(&endpoint.name, provider, &result, started.elapsed());
     Answered {
-        outcome: reply::outcome_name(&result),
-        response: reply::respond(result),
+        outcome,
+        response,
         reason: None,
         detail: None,
     }
@@ -263,42 +369,74 @@ fn count(
     }
 }
 
-/// Verifies the delivery and extracts its key and event.
+/// A verified request: a handshake to answer, or deliveries to process.
+enum Incoming {
+    Handshake(crate::providers::HandshakeReply),
+    Deliveries(Vec<(ClaimRequest, Event)>),
+}
+
+/// Verifies the request and extracts each delivery's key and event.
 fn verify(
     endpoint: &Endpoint,
-    headers: &HeaderMap,
-    body: Bytes,
+    signed: &SignedRequest<'_>,
+    body: &Bytes,
     now: DateTime<Utc>,
     received_at: NaiveDateTime,
-) -> Result<(ClaimRequest, Event), Rejection> {
-    let signed = SignedRequest {
-        headers,
-        body: &body,
-    };
-    let verified = endpoint.provider.verify(&signed, now)?;
+) -> Result<Incoming, Rejection> {
+    let provider = endpoint.provider.as_ref();
+    let verified = provider.verify(signed, now)?;
     tracing::debug!(secret_index = verified.secret_index, "signature verified");
     // NUL-free, so that both backends store what handlers read from it.
-    let payload = parse_payload(&body).map_err(|_| Rejection::MalformedBody)?;
-    let delivery_id = endpoint.provider.delivery_id(&signed, &payload)?;
-    let event_type = endpoint.provider.event_type(&signed, &payload);
-    let fingerprint = hex::encode(Sha256::digest(&body));
-    let claim = ClaimRequest {
-        scope: endpoint.name.clone(),
-        key: delivery_id.clone(),
-        body_key: (!endpoint.provider.delivery_id_is_signed()).then(|| fingerprint.clone()),
-        retention: endpoint.retention,
-        payload: Some(body.clone()),
-        fingerprint,
-        event_type: event_type.clone(),
-    };
-    let event = Event {
-        endpoint: endpoint.name.clone(),
-        provider: endpoint.provider.name(),
-        delivery_id,
-        event_type,
-        payload,
-        raw: body,
-        received_at,
-    };
-    Ok((claim, event))
+    let payload = provider.payload(signed)?;
+    if let Some(reply) = provider.handshake(signed, &payload, &verified)? {
+        return Ok(Incoming::Handshake(reply));
+    }
+    let deliveries = provider.deliveries(signed, &payload)?;
+    // What is stored with each key and handed to handlers: the raw body for
+    // a JSON delivery; a batch item's own JSON; the decoded payload of a form
+    // or XML body, so that reprocessing reads what the handlers read.
+    let json_body = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    let body_fingerprint = hex::encode(Sha256::digest(body));
+    deliveries
+        .into_iter()
+        .map(|delivery| {
+            let (raw, item_payload) = match delivery.item {
+                Some(item) => {
+                    let bytes = serde_json::to_vec(&item).map_err(|_| Rejection::MalformedBody)?;
+                    (Bytes::from(bytes), item)
+                }
+                None if json_body => (body.clone(), payload.clone()),
+                None => {
+                    let bytes =
+                        serde_json::to_vec(&payload).map_err(|_| Rejection::MalformedBody)?;
+                    (Bytes::from(bytes), payload.clone())
+                }
+            };
+            let fingerprint = if raw == *body {
+                body_fingerprint.clone()
+            } else {
+                hex::encode(Sha256::digest(&raw))
+            };
+            let claim = ClaimRequest {
+                scope: endpoint.name.clone(),
+                key: delivery.key.clone(),
+                body_key: (!delivery.key_signed).then(|| fingerprint.clone()),
+                retention: endpoint.retention,
+                payload: Some(raw.clone()),
+                fingerprint,
+                event_type: delivery.event_type.clone(),
+            };
+            let event = Event {
+                endpoint: endpoint.name.clone(),
+                provider: provider.name(),
+                delivery_id: delivery.key,
+                event_type: delivery.event_type,
+                payload: item_payload,
+                raw,
+                received_at,
+            };
+            Ok((claim, event))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Incoming::Deliveries)
 }

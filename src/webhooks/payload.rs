@@ -33,7 +33,8 @@ fn may_hold_nul(body: &[u8]) -> bool {
         .any(|w| w[0] == b'\\' && w[1] == b'u' && &w[2..] == b"0000")
 }
 
-fn replace_nul(value: &mut Value) {
+/// Replaces every NUL in the strings and keys of `value` with U+FFFD.
+pub fn replace_nul(value: &mut Value) {
     let clean = |s: &str| s.replace('\0', &NUL_REPLACEMENT.to_string());
     match value {
         Value::String(s) if s.contains('\0') => *s = clean(s),

@@ -132,17 +132,14 @@ const PAYPAL: Shape = Shape {
     order_required: false,
 };
 
+/// The generic fields under `data`, but the order id is the merchant's
+/// optional `reference`.
 const CHECKOUT: Shape = Shape {
     provider: Some("checkout"),
     event_type: "payment_captured",
-    when: When::Always,
-    kind: Kind::Charge,
-    payment_id: &["/data/id"],
-    amount: &["/data/amount"],
-    units: Units::Minor,
-    currency: "/data/currency",
     order_id: &["/data/reference"],
     order_required: false,
+    ..STANDARD
 };
 
 const LEMONSQUEEZY: Shape = Shape {

@@ -6,6 +6,7 @@ mod github;
 mod hmac;
 pub mod mac;
 mod paddle;
+pub mod paypal;
 mod rejection;
 mod retry_window;
 mod secrets;

@@ -20,4 +20,11 @@ pub enum Rejection {
     /// The key lives in the body and is not there.
     #[error("the body has no delivery id at {0}")]
     MissingKey(&'static str),
+    /// The certificate that signed the delivery (PayPal) is not one to trust.
+    #[error("the signing certificate is refused: {0}")]
+    UntrustedCertificate(&'static str),
+    /// The signing certificate (PayPal) could not be fetched; the sender
+    /// should try again later.
+    #[error("the signing certificate could not be fetched")]
+    CertificateUnavailable,
 }

@@ -127,51 +127,37 @@ pub(super) mod tests {
         response
     }
 
+    /// What `fetch` returns when the server answers `response`, and the
+    /// request line the server saw.
+    async fn fetch_answered_by(response: Vec<u8>) -> (Result<Vec<u8>, FetchFailed>, String) {
+        let (base, server) = serve_once(response);
+        let url = CertUrl::parse(URL).unwrap();
+        let fetched = HttpsSource::rebased(&base).fetch(&url).await;
+        (fetched, server.join().unwrap())
+    }
+
     #[tokio::test]
     async fn the_allowed_path_is_fetched_and_its_body_returned() {
-        let (base, server) = serve_once(http("200 OK", "", b"PEM"));
-        let url = CertUrl::parse(URL).unwrap();
-        assert_eq!(
-            HttpsSource::rebased(&base).fetch(&url).await,
-            Ok(b"PEM".to_vec())
-        );
-        assert_eq!(
-            server.join().unwrap(),
-            "GET /v1/notifications/certs/CERT-1 HTTP/1.1"
-        );
+        let (fetched, request) = fetch_answered_by(http("200 OK", "", b"PEM")).await;
+        assert_eq!(fetched, Ok(b"PEM".to_vec()));
+        assert_eq!(request, "GET /v1/notifications/certs/CERT-1 HTTP/1.1");
     }
 
     #[tokio::test]
     async fn an_error_status_is_a_failed_fetch() {
-        let (base, server) = serve_once(http("404 Not Found", "", b"no"));
-        let url = CertUrl::parse(URL).unwrap();
-        assert_eq!(
-            HttpsSource::rebased(&base).fetch(&url).await,
-            Err(FetchFailed)
-        );
-        server.join().unwrap();
+        let (fetched, _) = fetch_answered_by(http("404 Not Found", "", b"no")).await;
+        assert_eq!(fetched, Err(FetchFailed));
     }
 
     #[tokio::test]
     async fn a_redirect_is_not_followed() {
         let redirect = http("302 Found", "Location: http://127.0.0.1:9/evil\r\n", b"");
-        let (base, server) = serve_once(redirect);
-        let url = CertUrl::parse(URL).unwrap();
-        assert_eq!(
-            HttpsSource::rebased(&base).fetch(&url).await,
-            Err(FetchFailed)
-        );
-        server.join().unwrap();
+        assert_eq!(fetch_answered_by(redirect).await.0, Err(FetchFailed));
     }
 
     #[tokio::test]
     async fn a_body_over_the_limit_is_not_read_to_its_end() {
-        let (base, server) = serve_once(http("200 OK", "", &vec![b'A'; MAX_PEM_BYTES + 2]));
-        let url = CertUrl::parse(URL).unwrap();
-        assert_eq!(
-            HttpsSource::rebased(&base).fetch(&url).await,
-            Err(FetchFailed)
-        );
-        server.join().unwrap();
+        let oversized = http("200 OK", "", &vec![b'A'; MAX_PEM_BYTES + 2]);
+        assert_eq!(fetch_answered_by(oversized).await.0, Err(FetchFailed));
     }
 }

@@ -5,6 +5,7 @@
 mod catalogue;
 mod described;
 pub mod description;
+mod discord;
 mod examples;
 pub mod mac;
 pub mod paypal;
@@ -206,13 +207,7 @@ pub fn names() -> Vec<&'static str> {
 
 /// The schemes that are code rather than catalogue entries: asymmetric
 /// signatures, and the Standard Webhooks family.
-const HAND_WRITTEN: &[&str] = &[
-    "standard-webhooks",
-    "clerk",
-    "resend",
-    "discord",
-    "paypal",
-];
+const HAND_WRITTEN: &[&str] = &["standard-webhooks", "clerk", "resend", "discord", "paypal"];
 
 /// Builds the provider named in configuration. The error says what is wrong
 /// with which secret, never the secret itself.
@@ -221,6 +216,7 @@ pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, Provi
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
         "clerk" => Ok(Box::new(StandardWebhooks::named("clerk", spec)?)),
         "resend" => Ok(Box::new(StandardWebhooks::named("resend", spec)?)),
+        "discord" => Ok(Box::new(discord::Discord::new(spec)?)),
         "paypal" => {
             let webhook_id = spec.webhook_id.as_deref().ok_or_else(|| {
                 ProviderConfigError::Invalid(

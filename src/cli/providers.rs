@@ -33,7 +33,7 @@ const HAND_WRITTEN: &[(&str, &str, &str, &str, &str)] = &[
     ),
     (
         "paypal",
-time\|time\|webhook id\|crc32(body)`",
+        r"RSA-SHA256 of `id\|time\|webhook id\|crc32(body)`",
         "`/id` (signed, by CRC32 only)",
         "`PAYPAL-TRANSMISSION-TIME`, RFC 3339, ±5 min",
         "—",

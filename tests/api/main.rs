@@ -29,6 +29,7 @@ mod observability;
 mod outage;
 mod payment_requests;
 mod provider_properties;
+mod provider_vectors;
 mod providers;
 mod purge;
 mod replay_cache;

@@ -348,6 +348,18 @@ impl From<&Rejection> for Problem {
                 "Invalid delivery id",
                 detail,
             ),
+            Rejection::UntrustedCertificate(_) => Problem::new(
+                StatusCode::UNAUTHORIZED,
+                "untrusted-certificate",
+                "Untrusted signing certificate",
+                detail,
+            ),
+            Rejection::CertificateUnavailable => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "certificate-unavailable",
+                "Signing certificate unavailable",
+                detail,
+            ),
         }
     }
 }

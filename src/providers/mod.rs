@@ -7,6 +7,7 @@ mod described;
 pub mod description;
 mod examples;
 pub mod mac;
+pub mod paypal;
 mod rejection;
 mod retry_window;
 mod secrets;
@@ -220,6 +221,19 @@ pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, Provi
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
         "clerk" => Ok(Box::new(StandardWebhooks::named("clerk", spec)?)),
         "resend" => Ok(Box::new(StandardWebhooks::named("resend", spec)?)),
+        "paypal" => {
+            let webhook_id = spec.webhook_id.as_deref().ok_or_else(|| {
+                ProviderConfigError::Invalid(
+                    "provider = \"paypal\" needs webhook_id (the webhook's id in the PayPal dashboard)"
+                        .to_owned(),
+                )
+            })?;
+            Ok(Box::new(paypal::PayPal::new(
+                webhook_id,
+                spec.certificate.as_deref(),
+                spec.tolerance,
+            )?))
+        }
         "hmac" => {
             let description = spec.hmac.as_ref().ok_or_else(|| {
                 ProviderConfigError::Invalid(

@@ -28,4 +28,11 @@ pub enum Rejection {
         field: &'static str,
         reason: &'static str,
     },
+    /// The certificate that signed the delivery (PayPal) is not one to trust.
+    #[error("the signing certificate is refused: {0}")]
+    UntrustedCertificate(&'static str),
+    /// The signing certificate (PayPal) could not be fetched; the sender
+    /// should try again later.
+    #[error("the signing certificate could not be fetched")]
+    CertificateUnavailable,
 }

@@ -468,13 +468,16 @@ fn parse_timestamp(signature: &Signature, text: &str) -> Result<i64, Rejection> 
     let seconds = match signature.unit {
         TimestampUnit::Seconds => super::parse_timestamp_text(text)
             .ok_or_else(|| malformed("the timestamp is not a plausible Unix time in seconds"))?,
-        TimestampUnit::Milliseconds => millis()
-            .ok_or_else(|| malformed("the timestamp is not a plausible Unix time in milliseconds"))?,
+        TimestampUnit::Milliseconds => millis().ok_or_else(|| {
+            malformed("the timestamp is not a plausible Unix time in milliseconds")
+        })?,
         // 2000..2200 in seconds has at most 10 digits, in milliseconds 13:
         // a text is never plausible as both.
         TimestampUnit::Auto => super::parse_timestamp_text(text)
             .or_else(millis)
-            .ok_or_else(|| malformed("the timestamp is not a plausible Unix time in seconds or milliseconds"))?,
+            .ok_or_else(|| {
+                malformed("the timestamp is not a plausible Unix time in seconds or milliseconds")
+            })?,
         TimestampUnit::Rfc3339 => DateTime::parse_from_rfc3339(text)
             .map(|t| t.timestamp())
             .map_err(|_| malformed("the timestamp is not an RFC 3339 time"))?,
@@ -702,7 +705,10 @@ mod tests {
         };
         let signature = compile_signature(&d, &d).unwrap();
         assert_eq!(parse_timestamp(&signature, "1742505638"), Ok(1_742_505_638));
-        assert_eq!(parse_timestamp(&signature, "1742505638683"), Ok(1_742_505_638));
+        assert_eq!(
+            parse_timestamp(&signature, "1742505638683"),
+            Ok(1_742_505_638)
+        );
         // Eleven digits are neither a plausible second nor millisecond.
         for bad in ["17425056386", "123", "", "1742505638.5"] {
             assert!(parse_timestamp(&signature, bad).is_err(), "{bad}");

@@ -71,14 +71,13 @@ proptest! {
         let now = chrono::DateTime::from_timestamp(now, 0).unwrap_or_default();
         for source in sources() {
             for tolerance in [None, Some(Duration::ZERO)] {
-                let spec = ProviderSpec { tolerance, ..source.spec(source.secret) };
-                let provider = build(source.provider, &spec).unwrap();
-                let request = SignedRequest { headers: &map, body: &body };
+                let spec = ProviderSpec { tolerance, ..source.spec(&source.secret) };
+                let provider = build(&source.provider, &spec).unwrap();
+                let request = SignedRequest::post(&map, &body);
                 // Random bytes never carry a valid HMAC of this body.
                 prop_assert!(provider.verify(&request, now).is_err(), "{} verified noise", source.provider);
-                let payload = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-                let _ = provider.delivery_id(&request, &payload);
-                let _ = provider.event_type(&request, &payload);
+                let payload = provider.payload(&request).unwrap_or(serde_json::Value::Null);
+                let _ = provider.deliveries(&request, &payload);
             }
         }
     }
@@ -93,8 +92,11 @@ proptest! {
     ) {
         let now = chrono::DateTime::from_timestamp(NOW, 0).unwrap_or_default();
         for source in sources() {
-            let provider = build(source.provider, &source.spec(source.secret)).unwrap();
-            let signed = client::sign(provider.as_ref(), source.delivery_id, NOW, source.event_type, body.clone()).unwrap();
+            let provider = build(&source.provider, &source.spec(&source.secret)).unwrap();
+            // The catalogue's own example body where the scheme needs one (a
+            // batch, a form, a signature inside the body), else the fuzz.
+            let body = if source.hmac.is_none() && source.provider != "standard-webhooks" { source.body.clone() } else { body.clone() };
+            let Ok(signed) = client::sign(provider.as_ref(), &source.delivery_id, NOW, source.event_type.as_deref(), body.clone()) else { continue };
             let mut headers = signed.headers.clone();
             let mut changed = false;
             for (index, raw) in &mutations {
@@ -110,14 +112,13 @@ proptest! {
                     map.append(name, value);
                 }
             }
-            let request = SignedRequest { headers: &map, body: &body };
+            let request = SignedRequest { headers: &map, body: &signed.body, method: "POST", query: &signed.query };
             let result = provider.verify(&request, now);
             if !changed {
                 prop_assert!(result.is_ok(), "{}: a correctly signed delivery failed: {:?}", source.provider, result);
             }
-            let payload = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-            let _ = provider.delivery_id(&request, &payload);
-            let _ = provider.event_type(&request, &payload);
+            let payload = provider.payload(&request).unwrap_or(serde_json::Value::Null);
+            let _ = provider.deliveries(&request, &payload);
         }
     }
 }

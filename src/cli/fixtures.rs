@@ -258,15 +258,16 @@ pub fn generate(source: &Source) -> Result<Vec<Fixture>, FixtureError> {
 }
 
 /// The same request but for one signed byte: the delivery id changed where
-/// the body carries it, or else a space after the opening brace of JSON
+/// the body last carries it (the id field itself: a scheme that signs only
+/// some fields, such as Adyen's, signs that one, not the example payment's
+/// `pay_<id>` before it), or else a space after the opening brace of JSON
 /// (still the same JSON, no longer the signed bytes), or else a changed last
 /// character of a form's last field.
 fn tamper(body: &[u8], delivery_id: &str) -> Vec<u8> {
     let text = String::from_utf8_lossy(body);
-    if text.contains(delivery_id) {
-        return text
-            .replacen(delivery_id, &format!("{delivery_id}x"), 1)
-            .into_bytes();
+    if let Some(at) = text.rfind(delivery_id) {
+        let end = at + delivery_id.len();
+        return format!("{}x{}", &text[..end], &text[end..]).into_bytes();
     }
     if text.starts_with('{') || text.starts_with('[') {
         return text.replacen(['{', '['], "{ ", 1).into_bytes();

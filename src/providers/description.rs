@@ -248,6 +248,10 @@ pub enum TimestampUnit {
     Milliseconds,
     /// An RFC 3339 date and time (Twitch).
     Rfc3339,
+    /// Seconds or milliseconds, whichever is a plausible time (they never
+    /// both are): Mercado Pago's docs show seconds, its SDK's tests
+    /// milliseconds. Signing writes seconds.
+    Auto,
 }
 
 /// Which way a timestamp may be off.

@@ -121,7 +121,9 @@ proptest! {
             let Ok(signed) = client::sign(provider.as_ref(), &source.delivery_id, NOW, source.event_type.as_deref(), body.clone()) else { continue };
             let mut headers = signed.headers.clone();
             let mut changed = false;
-            for (index, raw) in &mutations {
+            // Adyen signs inside the body and sends no header to mutate.
+            let mutations = if headers.is_empty() { &[][..] } else { &mutations[..] };
+            for (index, raw) in mutations {
                 let slot = index % headers.len();
                 if let Ok(text) = String::from_utf8(raw.clone()) {
                     changed |= headers[slot].1 != text;

@@ -468,19 +468,26 @@ fn parse_timestamp(signature: &Signature, text: &str) -> Result<i64, Rejection> 
         Some(TimestampSource::Pointer(field)) => Rejection::MalformedField { field, reason },
         _ => signature.malformed(reason),
     };
+    let millis = || {
+        if text.len() > 3 && text.bytes().all(|b| b.is_ascii_digit()) {
+            super::parse_timestamp_text(&text[..text.len() - 3])
+        } else {
+            None
+        }
+    };
     let seconds = match signature.unit {
         TimestampUnit::Seconds => super::parse_timestamp_text(text)
             .ok_or_else(|| malformed("the timestamp is not a plausible Unix time in seconds"))?,
-        TimestampUnit::Milliseconds => {
-            let millis = if text.len() > 3 && text.bytes().all(|b| b.is_ascii_digit()) {
-                super::parse_timestamp_text(&text[..text.len() - 3])
-            } else {
-                None
-            };
-            millis.ok_or_else(|| {
-                malformed("the timestamp is not a plausible Unix time in milliseconds")
-            })?
-        }
+        TimestampUnit::Milliseconds => millis().ok_or_else(|| {
+            malformed("the timestamp is not a plausible Unix time in milliseconds")
+        })?,
+        // 2000..2200 in seconds has at most 10 digits, in milliseconds 13:
+        // a text is never plausible as both.
+        TimestampUnit::Auto => super::parse_timestamp_text(text)
+            .or_else(millis)
+            .ok_or_else(|| {
+                malformed("the timestamp is not a plausible Unix time in seconds or milliseconds")
+            })?,
         TimestampUnit::Rfc3339 => DateTime::parse_from_rfc3339(text)
             .map(|t| t.timestamp())
             .map_err(|_| malformed("the timestamp is not an RFC 3339 time"))?,
@@ -715,4 +722,30 @@ fn intern(name: &str) -> &'static str {
     let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
     names.insert(leaked);
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_auto_timestamp_reads_seconds_or_milliseconds() {
+        let d = Description {
+            signature_header: Some("X-Sig".into()),
+            timestamp_header: Some("X-Ts".into()),
+            signed_content: "{timestamp}.{body}".into(),
+            timestamp_unit: TimestampUnit::Auto,
+            ..Description::default()
+        };
+        let signature = compile_signature(&d, &d).unwrap();
+        assert_eq!(parse_timestamp(&signature, "1742505638"), Ok(1_742_505_638));
+        assert_eq!(
+            parse_timestamp(&signature, "1742505638683"),
+            Ok(1_742_505_638)
+        );
+        // Eleven digits are neither a plausible second nor millisecond.
+        for bad in ["17425056386", "123", "", "1742505638.5"] {
+            assert!(parse_timestamp(&signature, bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -191,7 +191,7 @@ fn written(signature: &Signature, key: &super::Key, timestamp: &str, tag: &[u8])
 
 fn timestamp_text(signature: &Signature, seconds: i64) -> String {
     match signature.unit {
-        TimestampUnit::Seconds => seconds.to_string(),
+        TimestampUnit::Seconds | TimestampUnit::Auto => seconds.to_string(),
         TimestampUnit::Milliseconds => (seconds * 1000).to_string(),
         TimestampUnit::Rfc3339 => DateTime::from_timestamp(seconds, 0)
             .unwrap_or_default()
@@ -202,7 +202,7 @@ fn timestamp_text(signature: &Signature, seconds: i64) -> String {
 /// A timestamp as a body field carries it: a number, or RFC 3339 text.
 fn timestamp_value(signature: &Signature, seconds: i64) -> Value {
     match signature.unit {
-        TimestampUnit::Seconds => Value::from(seconds),
+        TimestampUnit::Seconds | TimestampUnit::Auto => Value::from(seconds),
         TimestampUnit::Milliseconds => Value::from(seconds * 1000),
         TimestampUnit::Rfc3339 => Value::String(timestamp_text(signature, seconds)),
     }

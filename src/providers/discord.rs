@@ -484,4 +484,31 @@ mod tests {
             RetryWindow::NoAutomaticRetries { .. }
         ));
     }
+
+    proptest::proptest! {
+        // Discord is not among the fixture sources (it cannot sign), so the
+        // crate-wide property tests do not reach it: noise never verifies,
+        // never panics, and a PING's one-byte change is always refused.
+        #[test]
+        fn noise_never_verifies(
+            signature in "[0-9a-fA-F]{0,140}|[ -~]{0,40}",
+            timestamp in "[0-9]{0,12}|[ -~]{0,12}",
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120),
+            now in 0i64..8_000_000_000,
+        ) {
+            let p = provider(&[RFC_PUBLIC_KEY]);
+            let pairs = [(SIGNATURE_HEADER, signature.as_str()), (TIMESTAMP_HEADER, timestamp.as_str())];
+            proptest::prop_assert!(verify_request(&p, &pairs, &body, now).is_err());
+        }
+
+        #[test]
+        fn any_changed_byte_of_a_ping_is_refused(index in 0..PING_BODY.len(), flip in 1u8..=255) {
+            let mut body = PING_BODY.to_vec();
+            body[index] ^= flip;
+            proptest::prop_assert_eq!(
+                verify_with(&provider(&[RFC_PUBLIC_KEY]), PING_SIGNATURE, &TIMESTAMP.to_string(), &body, TIMESTAMP),
+                Err(Rejection::InvalidSignature)
+            );
+        }
+    }
 }

@@ -69,20 +69,18 @@ impl Discord {
     }
 
     /// 64 hex digits: a 32-byte ed25519 public key. The reasons are fixed
-    /// strings, so that a refused key never reaches a log.
+    /// strings, so that a refused key never reaches a log. A small-order
+    /// (weak) key is refused too: `verify_strict` would refuse every
+    /// signature under it, an endpoint that silently accepts nothing.
     fn parse_key(text: &str) -> Result<VerifyingKey, &'static str> {
-        let bytes = hex::decode(text)
-            .map_err(|_| "expected the application's public key: 64 hex digits")?;
-        let bytes = <[u8; PUBLIC_KEY_LENGTH]>::try_from(bytes.as_slice())
-            .map_err(|_| "the public key must be 32 bytes (64 hex digits)")?;
-        let key = VerifyingKey::from_bytes(&bytes)
-            .map_err(|_| "the public key is not a valid ed25519 public key")?;
-        // `verify_strict` refuses every signature under a small-order key:
-        // better refused now than an endpoint that silently accepts nothing.
-        if key.is_weak() {
-            return Err("the public key is a weak (small-order) ed25519 key");
-        }
-        Ok(key)
+        let bytes: [u8; PUBLIC_KEY_LENGTH] = hex::decode(text)
+            .ok()
+            .and_then(|bytes| bytes.try_into().ok())
+            .ok_or("expected the application's public key: 64 hex digits")?;
+        VerifyingKey::from_bytes(&bytes)
+            .ok()
+            .filter(|key| !key.is_weak())
+            .ok_or("not an ed25519 public key, or a weak (small-order) one")
     }
 
     /// The signature header's 64 bytes; `None` for any other length, which

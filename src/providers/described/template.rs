@@ -313,7 +313,11 @@ mod tests {
             method: "POST",
             query: "",
         };
-        let form = [("d".into(), "5".into()), ("d".into(), "1".into()), ("d".into(), "1".into())];
+        let form = [
+            ("d".into(), "5".into()),
+            ("d".into(), "1".into()),
+            ("d".into(), "1".into()),
+        ];
         let values = Values {
             request: &request,
             url: None,

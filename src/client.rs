@@ -231,7 +231,12 @@ pub fn fixture_json(delivery: &SignedDelivery) -> serde_json::Value {
         .iter()
         .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
         .collect();
-    json!({ "headers": headers, "body": String::from_utf8_lossy(&delivery.body) })
+    let mut fixture =
+        json!({ "headers": headers, "body": String::from_utf8_lossy(&delivery.body) });
+    if !delivery.query.is_empty() {
+        fixture["query"] = json!(delivery.query);
+    }
+    fixture
 }
 
 /// Single-quotes `text` for a POSIX shell.

@@ -16,7 +16,7 @@
 
 use idempotent_receiver::client;
 use idempotent_receiver::providers::{
-    self, Description, ProviderSpec, SignError, description::Syntax, example_body, example_secret,
+    self, Description, ProviderSpec, SignError, example_body, example_secret,
 };
 use serde::{Deserialize, Serialize};
 
@@ -65,7 +65,6 @@ impl Source {
         let name = description.name.clone();
         let delivery_id = format!("fx_{}_1", name.replace('-', "_"));
         let event_type = event_type_of(description);
-        let signature = description.variants.first().unwrap_or(description);
         Source {
             secret: example_secret(description, "fixture"),
             other_secret: example_secret(description, "wrong"),
@@ -73,11 +72,8 @@ impl Source {
             body: example_body(description, &delivery_id, &event_type),
             event_type: Some(event_type),
             delivery_id,
-            timestamped: signature.timestamp_header.is_some()
-                || signature.timestamp_pointer.is_some()
-                || signature.timestamp_key.is_some()
-                || signature.syntax == Syntax::List,
-            body_signed: description.weakness.is_none(),
+            timestamped: description.signs_timestamp(),
+            body_signed: description.signs_body(),
             provider: name,
         }
     }
@@ -108,7 +104,8 @@ fn acme_hmac() -> Description {
 /// Every provider's fixture source: the hand-written schemes', the generic
 /// scheme's, then one per catalogue entry.
 pub fn sources() -> Vec<Source> {
-    let standard = |provider: &str, secret: &str, other: &str| Source {
+    let standard = |provider: &str, secret: &str, other: &str| {
+        Source {
         provider: provider.to_owned(),
         secret: secret.to_owned(),
         other_secret: other.to_owned(),
@@ -118,6 +115,7 @@ pub fn sources() -> Vec<Source> {
         body: br#"{"type":"payment.succeeded","data":{"id":"pay_fx_1","order_id":"order_fx_1","amount":4200,"currency":"EUR"}}"#.to_vec(),
         timestamped: true,
         body_signed: true,
+    }
     };
     let mut sources = vec![
         standard(
@@ -174,6 +172,16 @@ pub struct Fixture {
     pub query: String,
     pub body: String,
     pub expect: Expect,
+}
+
+impl Fixture {
+    /// The fixed answer body the fixture's provider demands, if any.
+    pub fn acknowledgement(&self) -> Option<&'static str> {
+        providers::entries()
+            .iter()
+            .find(|e| e.name == self.provider)
+            .and_then(|e| e.acknowledgement.as_deref())
+    }
 }
 
 /// The valid, tampered, wrong-secret and (where the scheme is timestamped)
@@ -250,15 +258,16 @@ pub fn generate(source: &Source) -> Result<Vec<Fixture>, FixtureError> {
 }
 
 /// The same request but for one signed byte: the delivery id changed where
-/// the body carries it, or else a space after the opening brace of JSON
+/// the body last carries it (the id field itself: a scheme that signs only
+/// some fields, such as Adyen's, signs that one, not the example payment's
+/// `pay_<id>` before it), or else a space after the opening brace of JSON
 /// (still the same JSON, no longer the signed bytes), or else a changed last
 /// character of a form's last field.
 fn tamper(body: &[u8], delivery_id: &str) -> Vec<u8> {
     let text = String::from_utf8_lossy(body);
-    if text.contains(delivery_id) {
-        return text
-            .replacen(delivery_id, &format!("{delivery_id}x"), 1)
-            .into_bytes();
+    if let Some(at) = text.rfind(delivery_id) {
+        let end = at + delivery_id.len();
+        return format!("{}x{}", &text[..end], &text[end..]).into_bytes();
     }
     if text.starts_with('{') || text.starts_with('[') {
         return text.replacen(['{', '['], "{ ", 1).into_bytes();

@@ -4,6 +4,7 @@
 mod fixtures;
 mod list;
 mod maintenance;
+mod providers;
 mod purge;
 mod send;
 mod sign;
@@ -87,6 +88,9 @@ enum Command {
     /// The same listing as GET /admin/deliveries: a terminal table, or with --json
     /// the API's JSON ({"items": [...], "next_cursor": ...}).
     List(list::Args),
+    /// List every provider name `provider = "..."` accepts, with what it signs, its key,
+    /// timestamp, handshake and retry window (a Markdown table, as in the README).
+    Providers,
     /// Regenerate the signed request fixtures of every provider, with a fixed clock.
     Fixtures {
         /// The folder to write `<provider>/<case>.json` into (existing files are overwritten).
@@ -110,7 +114,7 @@ impl Command {
     fn reads_database(&self) -> bool {
         !matches!(
             self,
-            Command::Send(_) | Command::Sign(_) | Command::Fixtures { .. }
+            Command::Send(_) | Command::Sign(_) | Command::Fixtures { .. } | Command::Providers
         )
     }
 }
@@ -182,6 +186,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         }
         Command::Send(args) => return send::run(&settings, args).await,
         Command::Sign(args) => sign::run(&settings, args)?,
+        Command::Providers => providers::run(),
         Command::Reconcile(args) => maintenance::reconcile(&settings, args).await?,
         Command::Reprocess(args) => maintenance::reprocess(&settings, args).await?,
         Command::Purge(args) => purge::run(&settings, args).await?,

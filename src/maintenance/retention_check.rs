@@ -74,7 +74,8 @@ mod tests {
 
     fn endpoint(name: &str, provider: &str, secret: &str) -> EndpointSettings {
         let hmac = (provider == "hmac").then(|| {
-            toml::from_str::<Description>("signature_header = \"X-Sig\"\nid_body_hash = true").unwrap()
+            toml::from_str::<Description>("signature_header = \"X-Sig\"\nid_body_hash = true")
+                .unwrap()
         });
         let spec = ProviderSpec {
             secrets: vec![secret.to_owned()],

@@ -145,6 +145,29 @@ pub struct Description {
     pub secret_format: SecretFormat,
 }
 
+impl Description {
+    /// Whether the (first) signature covers the body: the catalogue's
+    /// static tokens and Mercado Pago's manifest do not.
+    pub fn signs_body(&self) -> bool {
+        let signature = self.variants.first().unwrap_or(self);
+        let content = &signature.signed_content;
+        signature.mac != MacKind::Token
+            && (content.contains("{body}")
+                || content.contains("{form")
+                || content.contains("{field:")
+                || self.body_sha256_query.is_some())
+    }
+
+    /// Whether the (first) signature signs a timestamp.
+    pub fn signs_timestamp(&self) -> bool {
+        let signature = self.variants.first().unwrap_or(self);
+        signature.timestamp_header.is_some()
+            || signature.timestamp_pointer.is_some()
+            || signature.timestamp_key.is_some()
+            || signature.syntax == Syntax::List
+    }
+}
+
 fn default_signed_content() -> String {
     "{body}".to_owned()
 }
@@ -225,6 +248,10 @@ pub enum TimestampUnit {
     Milliseconds,
     /// An RFC 3339 date and time (Twitch).
     Rfc3339,
+    /// Seconds or milliseconds, whichever is a plausible time (they never
+    /// both are): Mercado Pago's docs show seconds, its SDK's tests
+    /// milliseconds. Signing writes seconds.
+    Auto,
 }
 
 /// Which way a timestamp may be off.

@@ -42,7 +42,17 @@ pub fn example_body(d: &Description, delivery_id: &str, event_type: &str) -> Vec
     }
     if let Some(pointers) = &d.id_fields {
         for (i, pointer) in pointers.iter().enumerate() {
-            put(pointer, &format!("{delivery_id}{}", if i == 0 { String::new() } else { format!("-{i}") }));
+            put(
+                pointer,
+                &format!(
+                    "{delivery_id}{}",
+                    if i == 0 {
+                        String::new()
+                    } else {
+                        format!("-{i}")
+                    }
+                ),
+            );
         }
     }
     if let Some(pointer) = &d.event_type_pointer {
@@ -83,7 +93,8 @@ pub fn example_body(d: &Description, delivery_id: &str, event_type: &str) -> Vec
             form.finish().into_bytes()
         }
         PayloadFormat::BraintreeXml => {
-            let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<notification>");
+            let mut xml =
+                String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<notification>");
             to_xml(&body, &mut xml);
             xml.push_str("</notification>\n");
             xml.into_bytes()
@@ -97,7 +108,13 @@ fn set(json: &mut Value, pointer: &str, value: Value) {
     let segments: Vec<String> = pointer
         .split('/')
         .skip(1)
-        .map(|s| if s == "*" { "subject_item".to_owned() } else { s.to_owned() })
+        .map(|s| {
+            if s == "*" {
+                "subject_item".to_owned()
+            } else {
+                s.to_owned()
+            }
+        })
         .collect();
     let mut current = json;
     for (i, segment) in segments.iter().enumerate() {
@@ -120,7 +137,11 @@ fn flatten(value: &Value, prefix: &str, out: &mut impl FnMut(&str, &str)) {
     match value {
         Value::Object(map) => {
             for (key, child) in map {
-                let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                let name = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
                 flatten(child, &name, out);
             }
         }
@@ -144,5 +165,7 @@ fn to_xml(value: &Value, xml: &mut String) {
 }
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

@@ -206,13 +206,7 @@ pub fn names() -> Vec<&'static str> {
 
 /// The schemes that are code rather than catalogue entries: asymmetric
 /// signatures, and the Standard Webhooks family.
-const HAND_WRITTEN: &[&str] = &[
-    "standard-webhooks",
-    "clerk",
-    "resend",
-    "discord",
-    "paypal",
-];
+const HAND_WRITTEN: &[&str] = &["standard-webhooks", "clerk", "resend", "discord", "paypal"];
 
 /// Builds the provider named in configuration. The error says what is wrong
 /// with which secret, never the secret itself.

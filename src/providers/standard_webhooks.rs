@@ -276,7 +276,10 @@ impl Provider for StandardWebhooks {
         check_key(id)?;
         Ok(vec![Delivery {
             key: id.to_owned(),
-            event_type: payload.get("type").and_then(Value::as_str).map(str::to_owned),
+            event_type: payload
+                .get("type")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             item: None,
             key_signed: true,
         }])
@@ -304,7 +307,11 @@ impl Provider for StandardWebhooks {
         let timestamp = input.timestamp.to_string();
         let signature = Self::signature(secret, input.delivery_id, &timestamp, input.body);
         // Clerk and Resend send the `svix-` names; either is accepted.
-        let prefix = if self.name == "standard-webhooks" { "webhook" } else { "svix" };
+        let prefix = if self.name == "standard-webhooks" {
+            "webhook"
+        } else {
+            "svix"
+        };
         Ok(Signed::headers(vec![
             (format!("{prefix}-id"), input.delivery_id.into()),
             (format!("{prefix}-timestamp"), timestamp),
@@ -359,7 +366,10 @@ mod tests {
             event_type: None,
         };
         let headers = provider(&[SECRET]).sign(&input).unwrap();
-        assert_eq!(headers.headers[2], ("webhook-signature".into(), SIGNATURE.into()));
+        assert_eq!(
+            headers.headers[2],
+            ("webhook-signature".into(), SIGNATURE.into())
+        );
     }
 
     #[test]
@@ -741,7 +751,10 @@ mod tests {
             event_type: None,
         };
         let headers = provider(&[GO_PUBLIC_KEY, SECRET]).sign(&input).unwrap();
-        assert_eq!(headers.headers[2], ("webhook-signature".into(), SIGNATURE.into()));
+        assert_eq!(
+            headers.headers[2],
+            ("webhook-signature".into(), SIGNATURE.into())
+        );
     }
 
     // Interoperability with the official client, the `svix` crate: its

@@ -300,7 +300,10 @@ fn respond_to(
             detail: None,
         };
     }
-    let outcome = if results.iter().all(|(_, r)| matches!(r, Ok(Outcome::Replayed(_)))) {
+    let outcome = if results
+        .iter()
+        .all(|(_, r)| matches!(r, Ok(Outcome::Replayed(_))))
+    {
         "replayed"
     } else {
         "processed"

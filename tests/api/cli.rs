@@ -258,7 +258,7 @@ async fn send_and_sign_work_for_every_provider_against_serve() {
 
         // `sign --format json` produces a fixture that serve accepts.
         let body_file = dir.path().join(format!("{}.json", source.provider));
-        std::fs::write(&body_file, source.body).unwrap();
+        std::fs::write(&body_file, &source.body).unwrap();
         let mut args = vec![
             "sign",
             "--endpoint",
@@ -268,9 +268,9 @@ async fn send_and_sign_work_for_every_provider_against_serve() {
             "--format",
             "json",
             "--id",
-            source.delivery_id,
+            &source.delivery_id,
         ];
-        if let Some(event_type) = source.event_type {
+        if let Some(event_type) = &source.event_type {
             args.extend(["--event-type", event_type]);
         }
         let signed = with_config(&args);
@@ -280,8 +280,14 @@ async fn send_and_sign_work_for_every_provider_against_serve() {
             String::from_utf8_lossy(&signed.stderr)
         );
         let fixture: serde_json::Value = serde_json::from_slice(&signed.stdout).unwrap();
+        let query = fixture["query"].as_str().unwrap_or("");
+        let url = if query.is_empty() {
+            format!("http://{listen}/webhooks/{endpoint}")
+        } else {
+            format!("http://{listen}/webhooks/{endpoint}?{query}")
+        };
         let mut request = reqwest::Client::new()
-            .post(format!("http://{listen}/webhooks/{endpoint}"))
+            .post(url)
             .body(fixture["body"].as_str().unwrap().to_owned());
         for (name, value) in fixture["headers"].as_object().unwrap() {
             request = request.header(name, value.as_str().unwrap());

@@ -197,6 +197,34 @@ impl TestApp {
         request.send().await.expect("the receiver answers")
     }
 
+    /// Posts a signed request as its scheme sends it: its query string, its
+    /// content type (a form for Twilio and Braintree), its headers.
+    pub async fn post_signed(
+        &self,
+        endpoint: &str,
+        headers: &[(String, String)],
+        query: &str,
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        let delivery = idempotent_receiver::client::SignedDelivery {
+            headers: headers.to_vec(),
+            body,
+            query: query.to_owned(),
+        };
+        let url = delivery.url(&format!("{}/webhooks/{endpoint}", self.address));
+        let mut request = self
+            .client
+            .post(url)
+            .header("content-type", delivery.content_type())
+            .body(delivery.body.clone());
+        for (name, value) in &delivery.headers {
+            if !name.eq_ignore_ascii_case("content-type") {
+                request = request.header(name, value);
+            }
+        }
+        request.send().await.expect("the receiver answers")
+    }
+
     /// Delivers `body` as `id` to another configured endpoint (`other`).
     pub async fn deliver_to(&self, endpoint: &str, id: &str, body: &[u8]) -> reqwest::Response {
         let mut request = self
@@ -220,6 +248,7 @@ impl TestApp {
                 event_type: None,
             })
             .expect("the test endpoint has a secret")
+            .headers
     }
 
     pub async fn post(&self, headers: &[(String, String)], body: Vec<u8>) -> reqwest::Response {

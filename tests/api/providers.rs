@@ -88,20 +88,24 @@ fn source(provider: &str) -> Source {
 }
 
 fn signer(source: &Source) -> Box<dyn Provider> {
-    providers::build(source.provider, &source.spec(source.secret)).unwrap()
+    providers::build(&source.provider, &source.spec(&source.secret)).unwrap()
 }
 
-/// Headers for `body` as the provider would send them at `timestamp`.
-fn sign(source: &Source, id: &str, timestamp: i64, body: &str) -> Vec<(String, String)> {
+/// The request the provider would send for `body` at `timestamp`.
+fn signed(source: &Source, id: &str, timestamp: i64, body: &[u8]) -> client::SignedDelivery {
     client::sign(
         signer(source).as_ref(),
         id,
         timestamp,
-        source.event_type,
-        body.as_bytes().to_vec(),
+        source.event_type.as_deref(),
+        body.to_vec(),
     )
     .unwrap()
-    .headers
+}
+
+/// Headers for `body` as the provider would send them at `timestamp`.
+fn sign(source: &Source, id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
+    signed(source, id, timestamp, body).headers
 }
 
 fn lower(headers: Vec<(String, String)>) -> Vec<(String, String)> {
@@ -145,8 +149,8 @@ fn truncated(value: &str, base64: bool) -> String {
 async fn bad_input_suite(app: &TestApp, scheme: &Scheme) {
     let source = source(scheme.provider);
     let endpoint = source.endpoint();
-    let good = lower(sign(&source, source.delivery_id, NOW, source.body));
-    let body = || source.body.as_bytes().to_vec();
+    let good = lower(sign(&source, &source.delivery_id, NOW, &source.body));
+    let body = || source.body.clone();
     let signature = good
         .iter()
         .find(|(n, _)| n == scheme.signature_header)
@@ -184,12 +188,12 @@ async fn bad_input_suite(app: &TestApp, scheme: &Scheme) {
 
     let wrong = lower(
         client::sign(
-            providers::build(source.provider, &source.spec(source.other_secret))
+            providers::build(&source.provider, &source.spec(&source.other_secret))
                 .unwrap()
                 .as_ref(),
-            source.delivery_id,
+            &source.delivery_id,
             NOW,
-            source.event_type,
+            source.event_type.as_deref(),
             body(),
         )
         .unwrap()
@@ -203,14 +207,14 @@ async fn bad_input_suite(app: &TestApp, scheme: &Scheme) {
     .await;
 
     if source.timestamped {
-        let stale = lower(sign(&source, source.delivery_id, NOW - 3600, source.body));
+        let stale = lower(sign(&source, &source.delivery_id, NOW - 3600, &source.body));
         problem(
             app.post_to(&endpoint, &stale, body()).await,
             401,
             "stale-timestamp",
         )
         .await;
-        let future = lower(sign(&source, source.delivery_id, NOW + 3600, source.body));
+        let future = lower(sign(&source, &source.delivery_id, NOW + 3600, &source.body));
         let response = app.post_to(&endpoint, &future, body()).await;
         if scheme.refuses_future {
             problem(response, 401, "stale-timestamp").await;
@@ -223,7 +227,7 @@ async fn bad_input_suite(app: &TestApp, scheme: &Scheme) {
     }
 
     let not_json = "this is not json";
-    let signed = lower(sign(&source, source.delivery_id, NOW, not_json));
+    let signed = lower(sign(&source, &source.delivery_id, NOW, not_json.as_bytes()));
     problem(
         app.post_to(&endpoint, &signed, not_json.as_bytes().to_vec())
             .await,
@@ -243,10 +247,10 @@ async fn bad_input_suite(app: &TestApp, scheme: &Scheme) {
             .await;
         }
         (None, Some(field)) => {
-            let mut payload: serde_json::Value = serde_json::from_str(source.body).unwrap();
+            let mut payload: serde_json::Value = serde_json::from_slice(&source.body).unwrap();
             payload.as_object_mut().unwrap().remove(field);
             let keyless = payload.to_string();
-            let signed = lower(sign(&source, source.delivery_id, NOW, &keyless));
+            let signed = lower(sign(&source, &source.delivery_id, NOW, keyless.as_bytes()));
             problem(
                 app.post_to(&endpoint, &signed, keyless.into_bytes()).await,
                 400,
@@ -293,25 +297,22 @@ async fn each_provider_processes_a_delivery_once_and_replays_it(backend: Backend
     let Some(app) = fixture_app(backend).await else {
         return;
     };
+    let mut firsts = Vec::new();
     for source in sources() {
-        let headers = sign(&source, source.delivery_id, NOW, source.body);
-        let first = app
-            .post_to(
-                &source.endpoint(),
-                &headers,
-                source.body.as_bytes().to_vec(),
-            )
+        let first = signed(&source, &source.delivery_id, NOW, &source.body);
+        let response = app
+            .post_signed(&source.endpoint(), &first.headers, &first.query, first.body)
             .await;
-        assert_eq!(first.status(), 200, "{}", source.provider);
-        let first = first.bytes().await.unwrap();
+        assert_eq!(response.status(), 200, "{}", source.provider);
+        firsts.push(response.bytes().await.unwrap());
+    }
+    let booked = app.ledger_rows().await;
+    assert!(booked >= 3, "{booked}");
+    for (source, first) in sources().iter().zip(firsts) {
         // The provider's retry: signed again, a little later.
-        let headers = sign(&source, source.delivery_id, NOW + 60, source.body);
+        let again = signed(source, &source.delivery_id, NOW + 60, &source.body);
         let again = app
-            .post_to(
-                &source.endpoint(),
-                &headers,
-                source.body.as_bytes().to_vec(),
-            )
+            .post_signed(&source.endpoint(), &again.headers, &again.query, again.body)
             .await;
         assert_eq!(
             again.headers()["idempotent-replayed"],
@@ -322,7 +323,7 @@ async fn each_provider_processes_a_delivery_once_and_replays_it(backend: Backend
         assert_eq!(again.bytes().await.unwrap(), first, "{}", source.provider);
     }
     assert_eq!(app.count("events").await, sources().len() as i64);
-    assert_eq!(app.ledger_rows().await, 3);
+    assert_eq!(app.ledger_rows().await, booked, "a replay moved money");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,13 +344,9 @@ async fn a_captured_body_replayed_under_a_fresh_unsigned_id_is_not_processed_twi
     };
     for provider in ["github", "shopify"] {
         let source = source(provider);
-        let original = sign(&source, source.delivery_id, NOW, source.body);
+        let original = sign(&source, &source.delivery_id, NOW, &source.body);
         let first = app
-            .post_to(
-                &source.endpoint(),
-                &original,
-                source.body.as_bytes().to_vec(),
-            )
+            .post_to(&source.endpoint(), &original, source.body.clone())
             .await;
         assert_eq!(first.status(), 200);
         let first = first.bytes().await.unwrap();
@@ -358,13 +355,16 @@ async fn a_captured_body_replayed_under_a_fresh_unsigned_id_is_not_processed_twi
         // signature still verifies because the id is not part of it. Sent in
         // parallel, several fresh ids at once.
         let replays = (0..8).map(|i| {
-            let headers = sign(&source, &format!("forged-{provider}-{i}"), NOW, source.body);
+            let headers = sign(
+                &source,
+                &format!("forged-{provider}-{i}"),
+                NOW,
+                &source.body,
+            );
             let app = &app;
             let endpoint = source.endpoint();
-            async move {
-                app.post_to(&endpoint, &headers, source.body.as_bytes().to_vec())
-                    .await
-            }
+            let body = source.body.clone();
+            async move { app.post_to(&endpoint, &headers, body).await }
         });
         for response in futures_util::future::join_all(replays).await {
             assert_eq!(response.status(), 200, "{provider}");
@@ -399,15 +399,104 @@ async fn a_signed_id_with_a_reused_body_is_a_new_delivery() {
     let app = fixture_app(Backend::Sqlite).await.unwrap();
     let source = source("standard-webhooks");
     for id in ["msg_a", "msg_b"] {
-        let headers = sign(&source, id, NOW, source.body);
+        let headers = sign(&source, id, NOW, &source.body);
         let response = app
-            .post_to(
-                &source.endpoint(),
-                &headers,
-                source.body.as_bytes().to_vec(),
-            )
+            .post_to(&source.endpoint(), &headers, source.body.clone())
             .await;
         assert!(response.headers().get("idempotent-replayed").is_none());
     }
     assert_eq!(app.ledger_rows().await, 2);
+}
+
+/// A provider the catalogue does not know, described in the endpoint's
+/// configuration alone: a `k=v` signature header with a millisecond
+/// timestamp and a base64 HMAC-SHA512 keyed by a hex secret, over the
+/// method, the public URL and the body; the key and the event type in the
+/// body. The signature was computed with Python, not with this code:
+///
+/// ```text
+/// python3 -c 'import hmac,hashlib,base64; print(base64.b64encode(hmac.new(
+///   bytes.fromhex("00112233445566778899aabbccddeeff"),
+///   b"1767225600000.POST.https://receiver.example/webhooks/acmepay." + BODY,
+///   hashlib.sha512).digest()).decode())'
+/// ```
+const ACME_PAY: &str = r#"
+[endpoints.acmepay]
+provider = "hmac"
+secrets = ["00112233445566778899aabbccddeeff"]
+url = "https://receiver.example/webhooks/acmepay"
+
+[endpoints.acmepay.hmac]
+signature_header = "Acme-Signature"
+syntax = "pairs"
+separator = ","
+timestamp_key = "t"
+signature_key = "s1"
+timestamp_unit = "milliseconds"
+tolerance = "2m"
+encoding = "base64"
+algorithm = "sha512"
+key = "hex"
+signed_content = "{timestamp}.{method}.{url}.{body}"
+id_pointer = "/event/id"
+event_type_pointer = "/event/type"
+"#;
+const ACME_PAY_BODY: &str = r#"{"event":{"id":"ap_evt_1","type":"payment.succeeded"},"data":{"id":"pay_ap_1","order_id":"order_ap_1","amount":990,"currency":"EUR"}}"#;
+const ACME_PAY_SIGNATURE: &str = "t=1767225600000,s1=PksuSgIRISUL/boUZ9QStfe/2wn3vcsBnM3LbJ1V6h63uVCZ0kIS0YQC2t08WtmIZBZ58HG4nnxPI4ZK7cbYHA==";
+
+async fn a_provider_described_in_toml_alone_verifies_keys_and_books(backend: Backend) {
+    let Some(app) = TestApp::builder(backend)
+        .endpoints_toml(ACME_PAY)
+        .verify_at(NOW)
+        .spawn_if_available()
+        .await
+    else {
+        return;
+    };
+    let headers = vec![("Acme-Signature".to_owned(), ACME_PAY_SIGNATURE.to_owned())];
+    let first = app
+        .post_to("acmepay", &headers, ACME_PAY_BODY.as_bytes().to_vec())
+        .await;
+    assert_eq!(first.status(), 200);
+    let answer: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(answer["delivery_id"], "ap_evt_1");
+    assert_eq!(answer["event_type"], "payment.succeeded");
+    assert_eq!(app.ledger_rows().await, 1);
+    let again = app
+        .post_to("acmepay", &headers, ACME_PAY_BODY.as_bytes().to_vec())
+        .await;
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    // One byte of the body changed: refused, nothing more stored.
+    let tampered = ACME_PAY_BODY.replace("990", "991");
+    problem(
+        app.post_to("acmepay", &headers, tampered.into_bytes())
+            .await,
+        401,
+        "invalid-signature",
+    )
+    .await;
+    // The same signature two minutes and a second later: stale.
+    let late = TestApp::builder(backend)
+        .endpoints_toml(ACME_PAY)
+        .verify_at(NOW + 121)
+        .spawn()
+        .await;
+    problem(
+        late.post_to("acmepay", &headers, ACME_PAY_BODY.as_bytes().to_vec())
+            .await,
+        401,
+        "stale-timestamp",
+    )
+    .await;
+    assert_eq!(app.count("deliveries").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_described_in_toml_alone_verifies_keys_and_books_sqlite() {
+    a_provider_described_in_toml_alone_verifies_keys_and_books(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_described_in_toml_alone_verifies_keys_and_books_postgres() {
+    a_provider_described_in_toml_alone_verifies_keys_and_books(Backend::Postgres).await;
 }

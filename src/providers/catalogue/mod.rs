@@ -59,7 +59,11 @@ mod tests {
         for entry in entries() {
             assert!(names.insert(entry.name.as_str()), "{} twice", entry.name);
             assert!(!entry.title.is_empty(), "{} has no title", entry.name);
-            assert!(entry.secret_location.is_some(), "{}: where is the secret?", entry.name);
+            assert!(
+                entry.secret_location.is_some(),
+                "{}: where is the secret?",
+                entry.name
+            );
             assert!(
                 entry.retry_window.is_none() || entry.retry_source.is_some(),
                 "{}: a retry window needs its source",

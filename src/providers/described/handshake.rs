@@ -30,7 +30,10 @@ pub fn answer(
                 return Ok(None);
             }
             let challenge = text("/challenge")?;
-            reply(JSON, json!({ "challenge": challenge }).to_string().into_bytes())
+            reply(
+                JSON,
+                json!({ "challenge": challenge }).to_string().into_bytes(),
+            )
         }
         Handshake::ZoomUrlValidation => {
             if payload.get("event").and_then(Value::as_str) != Some("endpoint.url_validation") {
@@ -39,7 +42,11 @@ pub fn answer(
             let plain = text("/payload/plainToken")?;
             // The secret token that verified the request encrypts the token.
             let key = key.ok_or(Rejection::InvalidSignature)?;
-            let encrypted = hex::encode(mac::sign(Algorithm::Sha256, key.expose(), &[plain.as_bytes()]));
+            let encrypted = hex::encode(mac::sign(
+                Algorithm::Sha256,
+                key.expose(),
+                &[plain.as_bytes()],
+            ));
             reply(
                 JSON,
                 json!({ "plainToken": plain, "encryptedToken": encrypted })
@@ -52,7 +59,10 @@ pub fn answer(
             if kind != Some("webhook_callback_verification") {
                 return Ok(None);
             }
-            reply("text/plain; charset=utf-8", text("/challenge")?.as_bytes().to_vec())
+            reply(
+                "text/plain; charset=utf-8",
+                text("/challenge")?.as_bytes().to_vec(),
+            )
         }
     }
 }

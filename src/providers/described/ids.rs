@@ -83,7 +83,11 @@ pub fn id_source(description: &Description, batch: bool) -> Result<IdSource, Pro
 
 pub fn event_source(description: &Description) -> Result<Option<EventSource>, ProviderConfigError> {
     let d = description;
-    let kind = match (&d.event_type_header, &d.event_type_pointer, &d.event_type_fields) {
+    let kind = match (
+        &d.event_type_header,
+        &d.event_type_pointer,
+        &d.event_type_fields,
+    ) {
         (None, None, None) => return Ok(None),
         (Some(name), None, None) => EventKind::Header(header_name("event_type_header", name)?),
         (None, Some(pointer), None) => {
@@ -127,7 +131,9 @@ pub fn key_signed(id: &IdSource, variants: &[Signature], body_hash_signed: bool)
             IdSource::Header(name) => {
                 t.uses(&Part::Id) || t.parts().any(|p| *p == Part::Header(name))
             }
-            IdSource::Query(name) => t.parts().any(|p| matches!(p, Part::Query { name: n, .. } if n == name)),
+            IdSource::Query(name) => t
+                .parts()
+                .any(|p| matches!(p, Part::Query { name: n, .. } if n == name)),
             IdSource::Pointer(pointer) => body || field(pointer),
             IdSource::Fields(pointers) => body || pointers.iter().all(|p| field(p)),
             IdSource::BodyHash => body,
@@ -143,7 +149,11 @@ pub fn unsigned_allowed(description: &Description) -> bool {
 }
 
 /// The key of one delivery: `payload` is the body's JSON, or the batch item.
-pub fn key(id: &IdSource, request: &SignedRequest<'_>, payload: &Value) -> Result<String, Rejection> {
+pub fn key(
+    id: &IdSource,
+    request: &SignedRequest<'_>,
+    payload: &Value,
+) -> Result<String, Rejection> {
     match id {
         IdSource::Header(name) => key_in_header(request.headers, name),
         IdSource::Pointer(pointer) => key_at(payload, pointer),

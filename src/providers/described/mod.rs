@@ -183,7 +183,9 @@ impl Described {
             v.mac != MacKind::Token
                 && (v.template.uses(&Part::Body)
                     || v.template.uses(&Part::FormSorted)
-                    || v.template.parts().any(|p| matches!(p, Part::Form(_) | Part::Field(_))))
+                    || v.template
+                        .parts()
+                        .any(|p| matches!(p, Part::Form(_) | Part::Field(_))))
         }) || description.body_sha256_query.is_some();
         if !body_signed && !ids::unsigned_allowed(description) {
             return Err(invalid(
@@ -278,13 +280,13 @@ impl Described {
                     .ok_or(Rejection::MissingHeader(name))?
                     .to_owned(),
             ),
-            Some(TimestampSource::Pointer(pointer)) => Some(
-                match fields.and_then(|f| f.pointer(pointer)) {
+            Some(TimestampSource::Pointer(pointer)) => {
+                Some(match fields.and_then(|f| f.pointer(pointer)) {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Number(n)) => n.to_string(),
                     _ => return Err(Rejection::MissingField(pointer)),
-                },
-            ),
+                })
+            }
         };
         let id = match &self.id {
             IdSource::Header(name) if signature.template.uses(&Part::Id) => {
@@ -300,6 +302,12 @@ impl Described {
             fields,
             form,
         };
+        // A timestamp that is no timestamp makes the request malformed
+        // before any MAC is computed; whether it is too old is judged after.
+        let timestamp = timestamp_text
+            .as_deref()
+            .map(|text| parse_timestamp(signature, text))
+            .transpose()?;
         let pieces = signature.template.render(&values)?;
         let parts: Vec<&[u8]> = pieces.iter().map(|p| p.as_ref()).collect();
         let index = self
@@ -307,8 +315,7 @@ impl Described {
             .ok_or(Rejection::InvalidSignature)?;
         // The signature is checked before the timestamp is judged, so that
         // an unsigned request learns nothing about the receiver's clock.
-        if let Some(text) = &timestamp_text {
-            let timestamp = parse_timestamp(signature, text)?;
+        if let Some(timestamp) = timestamp {
             match signature.check {
                 TimestampCheck::Both => check_timestamp(timestamp, now, signature.tolerance)?,
                 TimestampCheck::Age => check_age(timestamp, now, signature.tolerance)?,
@@ -355,7 +362,10 @@ impl Provider for Described {
         let uses_fields = per_item
             || matches!(signature.location, Location::Pointer(_))
             || matches!(signature.timestamp, Some(TimestampSource::Pointer(_)))
-            || signature.template.parts().any(|p| matches!(p, Part::Field(_)));
+            || signature
+                .template
+                .parts()
+                .any(|p| matches!(p, Part::Field(_)));
         let body = if uses_fields {
             Some(self.payload(request)?)
         } else {
@@ -458,17 +468,26 @@ fn parse_timestamp(signature: &Signature, text: &str) -> Result<i64, Rejection> 
         Some(TimestampSource::Pointer(field)) => Rejection::MalformedField { field, reason },
         _ => signature.malformed(reason),
     };
+    let millis = || {
+        if text.len() > 3 && text.bytes().all(|b| b.is_ascii_digit()) {
+            super::parse_timestamp_text(&text[..text.len() - 3])
+        } else {
+            None
+        }
+    };
     let seconds = match signature.unit {
         TimestampUnit::Seconds => super::parse_timestamp_text(text)
             .ok_or_else(|| malformed("the timestamp is not a plausible Unix time in seconds"))?,
-        TimestampUnit::Milliseconds => {
-            let millis = if text.len() > 3 && text.bytes().all(|b| b.is_ascii_digit()) {
-                super::parse_timestamp_text(&text[..text.len() - 3])
-            } else {
-                None
-            };
-            millis.ok_or_else(|| malformed("the timestamp is not a plausible Unix time in milliseconds"))?
-        }
+        TimestampUnit::Milliseconds => millis().ok_or_else(|| {
+            malformed("the timestamp is not a plausible Unix time in milliseconds")
+        })?,
+        // 2000..2200 in seconds has at most 10 digits, in milliseconds 13:
+        // a text is never plausible as both.
+        TimestampUnit::Auto => super::parse_timestamp_text(text)
+            .or_else(millis)
+            .ok_or_else(|| {
+                malformed("the timestamp is not a plausible Unix time in seconds or milliseconds")
+            })?,
         TimestampUnit::Rfc3339 => DateTime::parse_from_rfc3339(text)
             .map(|t| t.timestamp())
             .map_err(|_| malformed("the timestamp is not an RFC 3339 time"))?,
@@ -483,9 +502,18 @@ fn compile_signature(
     scheme: &Description,
 ) -> Result<Signature, ProviderConfigError> {
     let locations = [
-        variant.signature_header.as_deref().map(|h| header_name("signature_header", h).map(Location::Header)),
-        variant.signature_pointer.as_deref().map(|p| pointer_in("signature_pointer", p).map(|p| Location::Pointer(intern(p)))),
-        variant.signature_form_field.as_deref().map(|f| Ok(Location::Form(intern(f)))),
+        variant
+            .signature_header
+            .as_deref()
+            .map(|h| header_name("signature_header", h).map(Location::Header)),
+        variant
+            .signature_pointer
+            .as_deref()
+            .map(|p| pointer_in("signature_pointer", p).map(|p| Location::Pointer(intern(p)))),
+        variant
+            .signature_form_field
+            .as_deref()
+            .map(|f| Ok(Location::Form(intern(f)))),
     ];
     let mut set = locations.into_iter().flatten();
     let location = match (set.next(), set.next()) {
@@ -507,9 +535,15 @@ fn compile_signature(
         (None, None, Syntax::List, _) | (None, None, Syntax::Pairs, Some(_)) => {
             Some(TimestampSource::Signature)
         }
-        (Some(name), None, Syntax::Single | Syntax::Versioned | Syntax::Keyed | Syntax::Pairs, None) => {
-            Some(TimestampSource::Header(header_name("timestamp_header", name)?))
-        }
+        (
+            Some(name),
+            None,
+            Syntax::Single | Syntax::Versioned | Syntax::Keyed | Syntax::Pairs,
+            None,
+        ) => Some(TimestampSource::Header(header_name(
+            "timestamp_header",
+            name,
+        )?)),
         (None, Some(pointer), _, None) => Some(TimestampSource::Pointer(intern(pointer_in(
             "timestamp_pointer",
             pointer,
@@ -538,7 +572,10 @@ fn compile_signature(
     if template.uses(&Part::Id) && variant.id_header.is_none() && scheme.id_header.is_none() {
         return Err(invalid("signed_content uses {id}, which needs id_header"));
     }
-    let signature_key = variant.signature_key.clone().unwrap_or_else(|| "v1".to_owned());
+    let signature_key = variant
+        .signature_key
+        .clone()
+        .unwrap_or_else(|| "v1".to_owned());
     if syntax == Syntax::Pairs && variant.signature_key.is_none() {
         return Err(invalid("a pairs signature needs signature_key (e.g. v1)"));
     }
@@ -606,7 +643,11 @@ fn parse_key(description: &Description, keyed: bool, secret: &str) -> Result<Key
     };
     if let Some(prefix) = &description.secret_prefix {
         match secret.strip_prefix(prefix.as_str()) {
-            None => return Err("the secret lacks the provider's prefix (see the README's provider table)"),
+            None => {
+                return Err(
+                    "the secret lacks the provider's prefix (see the README's provider table)",
+                );
+            }
             Some("") => return Err("nothing follows the secret's prefix"),
             Some(_) => {}
         }
@@ -662,7 +703,9 @@ fn header_name(field: &str, name: &str) -> Result<&'static str, ProviderConfigEr
 /// is the whole body).
 fn pointer_in<'a>(field: &str, pointer: &'a str) -> Result<&'a str, ProviderConfigError> {
     if !pointer.starts_with('/') {
-        return Err(invalid(format!("{field} must be a JSON pointer such as /id")));
+        return Err(invalid(format!(
+            "{field} must be a JSON pointer such as /id"
+        )));
     }
     Ok(pointer)
 }
@@ -679,4 +722,30 @@ fn intern(name: &str) -> &'static str {
     let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
     names.insert(leaked);
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_auto_timestamp_reads_seconds_or_milliseconds() {
+        let d = Description {
+            signature_header: Some("X-Sig".into()),
+            timestamp_header: Some("X-Ts".into()),
+            signed_content: "{timestamp}.{body}".into(),
+            timestamp_unit: TimestampUnit::Auto,
+            ..Description::default()
+        };
+        let signature = compile_signature(&d, &d).unwrap();
+        assert_eq!(parse_timestamp(&signature, "1742505638"), Ok(1_742_505_638));
+        assert_eq!(
+            parse_timestamp(&signature, "1742505638683"),
+            Ok(1_742_505_638)
+        );
+        // Eleven digits are neither a plausible second nor millisecond.
+        for bad in ["17425056386", "123", "", "1742505638.5"] {
+            assert!(parse_timestamp(&signature, bad).is_err(), "{bad}");
+        }
+    }
 }

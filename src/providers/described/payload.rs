@@ -66,8 +66,8 @@ pub fn xml_payload(text: &str) -> Result<Value, Rejection> {
         allow_dtd: false,
         ..roxmltree::ParsingOptions::default()
     };
-    let document =
-        roxmltree::Document::parse_with_options(text, options).map_err(|_| Rejection::MalformedBody)?;
+    let document = roxmltree::Document::parse_with_options(text, options)
+        .map_err(|_| Rejection::MalformedBody)?;
     let mut payload = element(document.root_element());
     crate::webhooks::replace_nul(&mut payload);
     Ok(payload)

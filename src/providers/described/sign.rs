@@ -29,7 +29,10 @@ pub fn sign(d: &Described, input: &SignInput<'_>) -> Result<Signed, SignError> {
     if let Some((name, value)) = &signature.when
         && !matches!(signature.location, Location::Header(h) if h.eq_ignore_ascii_case(name))
     {
-        headers.push(((*name).to_owned(), value.clone().unwrap_or_else(|| "1".into())));
+        headers.push((
+            (*name).to_owned(),
+            value.clone().unwrap_or_else(|| "1".into()),
+        ));
     }
     if let Some(TimestampSource::Header(name)) = signature.timestamp {
         headers.push((name.to_owned(), timestamp.clone()));
@@ -81,7 +84,10 @@ pub fn sign(d: &Described, input: &SignInput<'_>) -> Result<Signed, SignError> {
         PayloadFormat::Form if !json_body => super::payload::form_fields(&body),
         _ => Vec::new(),
     };
-    let tag_value = |fields: Option<&Value>, form: &[(String, String)], body: &[u8], headers: &[(String, String)]| {
+    let tag_value = |fields: Option<&Value>,
+                     form: &[(String, String)],
+                     body: &[u8],
+                     headers: &[(String, String)]| {
         let map = header_map(headers)?;
         let request = SignedRequest {
             headers: &map,
@@ -108,7 +114,11 @@ pub fn sign(d: &Described, input: &SignInput<'_>) -> Result<Signed, SignError> {
 
     match &signature.location {
         Location::Header(name) => {
-            let fields = if signature.template.parts().any(|p| matches!(p, Part::Field(_))) {
+            let fields = if signature
+                .template
+                .parts()
+                .any(|p| matches!(p, Part::Field(_)))
+            {
                 serde_json::from_slice::<Value>(&body).ok()
             } else {
                 None
@@ -121,16 +131,18 @@ pub fn sign(d: &Described, input: &SignInput<'_>) -> Result<Signed, SignError> {
             let snapshot = headers.clone();
             body = with_json(&body, |json| {
                 let targets: Vec<&mut Value> = match &items {
-                    Some((array, item)) => match json.pointer_mut(array).and_then(Value::as_array_mut) {
-                        Some(elements) => elements
-                            .iter_mut()
-                            .filter_map(|e| match item {
-                                Some(p) => e.pointer_mut(p),
-                                None => Some(e),
-                            })
-                            .collect(),
-                        None => return Err(SignError::Body("the batch has no items".into())),
-                    },
+                    Some((array, item)) => {
+                        match json.pointer_mut(array).and_then(Value::as_array_mut) {
+                            Some(elements) => elements
+                                .iter_mut()
+                                .filter_map(|e| match item {
+                                    Some(p) => e.pointer_mut(p),
+                                    None => Some(e),
+                                })
+                                .collect(),
+                            None => return Err(SignError::Body("the batch has no items".into())),
+                        }
+                    }
                     None => vec![json],
                 };
                 for target in targets {
@@ -183,7 +195,7 @@ fn written(signature: &Signature, key: &super::Key, timestamp: &str, tag: &[u8])
 
 fn timestamp_text(signature: &Signature, seconds: i64) -> String {
     match signature.unit {
-        TimestampUnit::Seconds => seconds.to_string(),
+        TimestampUnit::Seconds | TimestampUnit::Auto => seconds.to_string(),
         TimestampUnit::Milliseconds => (seconds * 1000).to_string(),
         TimestampUnit::Rfc3339 => DateTime::from_timestamp(seconds, 0)
             .unwrap_or_default()
@@ -194,7 +206,7 @@ fn timestamp_text(signature: &Signature, seconds: i64) -> String {
 /// A timestamp as a body field carries it: a number, or RFC 3339 text.
 fn timestamp_value(signature: &Signature, seconds: i64) -> Value {
     match signature.unit {
-        TimestampUnit::Seconds => Value::from(seconds),
+        TimestampUnit::Seconds | TimestampUnit::Auto => Value::from(seconds),
         TimestampUnit::Milliseconds => Value::from(seconds * 1000),
         TimestampUnit::Rfc3339 => Value::String(timestamp_text(signature, seconds)),
     }
@@ -204,8 +216,9 @@ fn with_json(
     body: &[u8],
     change: impl FnOnce(&mut Value) -> Result<(), SignError>,
 ) -> Result<Vec<u8>, SignError> {
-    let mut json: Value = serde_json::from_slice(body)
-        .map_err(|_| SignError::Body("the scheme signs inside the body, which must be JSON".into()))?;
+    let mut json: Value = serde_json::from_slice(body).map_err(|_| {
+        SignError::Body("the scheme signs inside the body, which must be JSON".into())
+    })?;
     change(&mut json)?;
     serde_json::to_vec(&json).map_err(|e| SignError::Body(e.to_string()))
 }

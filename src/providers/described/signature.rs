@@ -98,7 +98,9 @@ pub fn parse<'a>(signature: &Signature, value: &'a str) -> Result<Found<'a>, Rej
         Syntax::Versioned => {
             for entry in value.split(' ').filter(|e| !e.is_empty()) {
                 let Some((version, text)) = entry.split_once(',') else {
-                    return Err(malformed("expected space-separated version,signature entries"));
+                    return Err(malformed(
+                        "expected space-separated version,signature entries",
+                    ));
                 };
                 if version == signature.signature_key {
                     push(&mut found, None, text)?;
@@ -133,9 +135,8 @@ fn decode(signature: &Signature, text: &str) -> Result<Vec<u8>, Rejection> {
     match signature.encoding {
         // An odd number of digits can never be a tag: it decodes to nothing,
         // which verification refuses like any other wrong signature.
-        Encoding::Hex => {
-            crate::providers::mac::hex_candidate(text).ok_or(signature.malformed("a signature is not hex"))
-        }
+        Encoding::Hex => crate::providers::mac::hex_candidate(text)
+            .ok_or(signature.malformed("a signature is not hex")),
         Encoding::Base64 => STANDARD
             .decode(text)
             .map_err(|_| signature.malformed("a signature is not base64")),

@@ -75,7 +75,9 @@ impl Template {
         let mut optional: Option<Vec<Part>> = None;
         let mut literal = String::new();
         let mut rest = text;
-        let flush = |literal: &mut String, optional: &mut Option<Vec<Part>>, segments: &mut Vec<Segment>| {
+        let flush = |literal: &mut String,
+                     optional: &mut Option<Vec<Part>>,
+                     segments: &mut Vec<Segment>| {
             if literal.is_empty() {
                 return;
             }
@@ -218,9 +220,7 @@ fn value<'a>(part: &'a Part, values: &Values<'a>) -> Result<Option<Cow<'a, [u8]>
             let v = if *lower { v.to_lowercase() } else { v };
             Cow::Owned(v.into_bytes())
         }),
-        Part::Header(name) => {
-            super::super::header(values.request.headers, name)?.and_then(text)
-        }
+        Part::Header(name) => super::super::header(values.request.headers, name)?.and_then(text),
         Part::Field(pointer) => match values.fields.and_then(|f| f.pointer(pointer)) {
             Some(Value::String(s)) => text(s),
             Some(Value::Number(n)) => Some(Cow::Owned(n.to_string().into_bytes())),
@@ -333,7 +333,10 @@ mod tests {
     #[test]
     fn optional_segments_drop_when_a_value_is_absent() {
         let template = "[id:{query:data.id:lower};]ts:{timestamp};";
-        assert_eq!(render(template, "data.id=ABC", None).unwrap(), b"id:abc;ts:123;");
+        assert_eq!(
+            render(template, "data.id=ABC", None).unwrap(),
+            b"id:abc;ts:123;"
+        );
         assert_eq!(render(template, "", None).unwrap(), b"ts:123;");
         assert_eq!(
             render("{query:data.id}", "", None),
@@ -345,14 +348,27 @@ mod tests {
     fn fields_render_strings_numbers_and_absent_as_empty() {
         let item = serde_json::json!({"a": "x", "n": 10, "ok": true});
         assert_eq!(
-            render("{field:/a}:{field:/n}:{field:/missing}:{field:/ok}", "", Some(&item)).unwrap(),
+            render(
+                "{field:/a}:{field:/n}:{field:/missing}:{field:/ok}",
+                "",
+                Some(&item)
+            )
+            .unwrap(),
             b"x:10::true"
         );
     }
 
     #[test]
     fn unknown_placeholders_and_unbalanced_brackets_are_refused() {
-        for bad in ["{ts}", "{body", "body}", "[{id}", "{id}]", "[[{id}]]", "{field:id}"] {
+        for bad in [
+            "{ts}",
+            "{body",
+            "body}",
+            "[{id}",
+            "{id}]",
+            "[[{id}]]",
+            "{field:id}",
+        ] {
             assert!(Template::parse(bad).is_err(), "{bad}");
         }
     }

@@ -327,7 +327,11 @@ impl Provider for PayPal {
 
     /// The event's `WH-...` id in the body, covered (weakly: CRC32) by the
     /// signature.
-    fn deliveries(&self, _: &SignedRequest<'_>, payload: &Value) -> Result<Vec<Delivery>, Rejection> {
+    fn deliveries(
+        &self,
+        _: &SignedRequest<'_>,
+        payload: &Value,
+    ) -> Result<Vec<Delivery>, Rejection> {
         Ok(vec![Delivery {
             key: key_at(payload, "/id")?,
             event_type: text_at(payload, "/event_type"),

@@ -107,6 +107,13 @@ pub struct Description {
     /// `/NotificationRequestItem`); default: the element itself.
     pub item: Option<String>,
 
+    /// JSON pointers of fields the provider changes on every attempt (an
+    /// attempt number, a send time), in the body or in each batch item.
+    /// They are left out of the delivery's fingerprint, so that a retry is
+    /// a replay rather than the same key with another payload.
+    #[serde(default)]
+    pub volatile: Vec<String>,
+
     /// How the body is read into the payload handlers see.
     #[serde(default)]
     pub payload: PayloadFormat,

@@ -169,6 +169,7 @@ impl Provider for Discord {
             key: key_at(payload, "/id")?,
             event_type: event_type(payload),
             item: None,
+            fingerprint: None,
             key_signed: true,
         }])
     }
@@ -285,6 +286,7 @@ mod tests {
                 key: "787053080478613556".into(),
                 event_type: Some("application_command.ping".into()),
                 item: None,
+                fingerprint: None,
                 key_signed: true,
             }]
         );

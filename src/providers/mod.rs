@@ -73,6 +73,10 @@ pub struct Delivery {
     pub event_type: Option<String>,
     /// A batch item's own payload; `None`: the whole request's payload.
     pub item: Option<Value>,
+    /// What identifies the delivery's content where the provider changes
+    /// some of it on every attempt (see `Description::volatile`); `None`:
+    /// the SHA-256 of what is stored.
+    pub fingerprint: Option<String>,
     /// Whether the signature covers the key. Where it does not (GitHub's
     /// delivery header, Razorpay's event-id header), a captured body replayed
     /// under a fresh id would look new, so the receiver also refuses a second

@@ -281,6 +281,7 @@ impl Provider for StandardWebhooks {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             item: None,
+            fingerprint: None,
             key_signed: true,
         }])
     }

@@ -332,7 +332,11 @@ fn respond_to(
                     })
                 })
                 .collect();
-            HttpResponse::Ok().json(serde_json::json!({
+            let mut response = HttpResponse::Ok();
+            if outcome == "replayed" {
+                response.insert_header((reply::REPLAYED_HEADER, "true"));
+            }
+            response.json(serde_json::json!({
                 "status": "processed",
                 "deliveries": items,
             }))
@@ -415,10 +419,10 @@ fn verify(
                     (Bytes::from(bytes), payload.clone())
                 }
             };
-            let fingerprint = if raw == *body {
-                body_fingerprint.clone()
-            } else {
-                hex::encode(Sha256::digest(&raw))
+            let fingerprint = match delivery.fingerprint {
+                Some(fingerprint) => fingerprint,
+                None if raw == *body => body_fingerprint.clone(),
+                None => hex::encode(Sha256::digest(&raw)),
             };
             let claim = ClaimRequest {
                 scope: endpoint.name.clone(),

@@ -194,3 +194,105 @@ both_backends_with! { fixtures;
         assert_eq!(unsigned.status(), 400);
     }
 }
+
+both_backends_with! { fixtures;
+    async fn a_hubspot_retry_with_a_new_attempt_number_replays_each_event(app) {
+        let batch = |attempt: u32| {
+            json!([
+                {"eventId": 101, "subscriptionType": "contact.creation", "objectId": 1, "attemptNumber": attempt, "occurredAt": 1767225600000u64},
+                {"eventId": 102, "subscriptionType": "deal.creation", "objectId": 2, "attemptNumber": attempt, "occurredAt": 1767225600000u64}
+            ])
+            .to_string()
+            .into_bytes()
+        };
+        let first = post(app, "hubspot", &signed("hubspot", "unused", None, &batch(0))).await;
+        assert_eq!(first.status(), 200);
+        assert_eq!(app.count("events").await, 2);
+        // HubSpot's retry counts its attempts inside the body, so the bytes
+        // (and the signature) differ; each event is still the same one.
+        let retry = post(app, "hubspot", &signed("hubspot", "unused", None, &batch(1))).await;
+        assert_eq!(retry.status(), 200);
+        assert!(replayed(&retry));
+        assert_eq!(app.count("events").await, 2);
+    }
+}
+
+both_backends_with! { fixtures;
+    async fn zoom_url_validation_is_answered_with_the_encrypted_token(app) {
+        let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1767225600000,"event":"endpoint.url_validation"}"#;
+        let answer = post(app, "zoom", &signed("zoom", "unused", None, body)).await;
+        assert_eq!(answer.status(), 200);
+        let answer: Value = answer.json().await.unwrap();
+        let secret = source("zoom").secret;
+        let expected = hex::encode(providers::mac::sign(
+            providers::mac::Algorithm::Sha256,
+            secret.as_bytes(),
+            &[b"qgg8vlvZRS6UYooatFL8Aw"],
+        ));
+        assert_eq!(answer["plainToken"], "qgg8vlvZRS6UYooatFL8Aw");
+        assert_eq!(answer["encryptedToken"], expected);
+        assert_eq!(app.count("deliveries").await, 0);
+    }
+}
+
+both_backends_with! { fixtures;
+    async fn twitch_callback_verification_is_answered_with_the_raw_challenge(app) {
+        let body = br#"{"challenge":"pogchamp-kappa-360noscope-vohiyo","subscription":{"id":"f1c2a387-161a-49f9-a165-0f21d7a4e1c4","status":"webhook_callback_verification_pending","type":"channel.follow","version":"2"}}"#;
+        let mut delivery = signed("twitch", "msg-verify-1", None, body);
+        delivery
+            .headers
+            .push(("Twitch-Eventsub-Message-Type".into(), "webhook_callback_verification".into()));
+        let answer = post(app, "twitch", &delivery).await;
+        assert_eq!(answer.status(), 200);
+        assert!(
+            answer.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain")
+        );
+        assert_eq!(answer.text().await.unwrap(), "pogchamp-kappa-360noscope-vohiyo");
+        assert_eq!(app.count("deliveries").await, 0);
+    }
+}
+
+/// RFC 8032 §7.1 TEST 1's public key, whose secret key signed the vectors
+/// of `tests/vectors/discord.toml` (with Python's `cryptography`).
+fn discord(builder: TestAppBuilder) -> TestAppBuilder {
+    builder
+        .endpoints_toml(
+            "[endpoints.discord]\nprovider = \"discord\"\nsecrets = [\"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a\"]\n",
+        )
+        .verify_at(1_700_000_000)
+}
+
+both_backends_with! { discord;
+    async fn a_discord_ping_gets_a_pong_and_a_command_is_processed_once(app) {
+        let ping = br#"{"id":"787053080478613555","token":"ThisIsATokenFromDiscordThatIsVeryLong","type":1,"version":1}"#;
+        let headers = |signature: &str| {
+            vec![
+                ("X-Signature-Ed25519".to_owned(), signature.to_owned()),
+                ("X-Signature-Timestamp".to_owned(), "1700000000".to_owned()),
+            ]
+        };
+        let pong = app
+            .post_to("discord", &headers("f0bd878adcef1f6d475c9644421905bd02b5de38e0d3ecfc6f58a711962c69ccc8dd7c9db312f9bdf08b1e1b8182e27a844da728c5e0dbb5507bf9931c1ed80b"), ping.to_vec())
+            .await;
+        assert_eq!(pong.status(), 200);
+        assert_eq!(pong.json::<Value>().await.unwrap(), json!({"type": 1}));
+        assert_eq!(app.count("deliveries").await, 0);
+
+        let command = br#"{"id":"787053080478613556","type":2,"data":{"name":"ping"},"version":1}"#;
+        let signature = "a763893c7c37569ced8d4b940d503398fb0ea6eecf10ddf36b6b565aa6a68f52bd42ad2555b067b4a859aa885853a3695e12b6216a0a8f8f42ca4efbed7acd09";
+        let first = app.post_to("discord", &headers(signature), command.to_vec()).await;
+        assert_eq!(first.status(), 200);
+        let again = app.post_to("discord", &headers(signature), command.to_vec()).await;
+        assert!(replayed(&again));
+        assert_eq!(app.count("events").await, 1);
+
+        // The PING's signature on another body is refused.
+        let forged = app
+            .post_to("discord", &headers("f0bd878adcef1f6d475c9644421905bd02b5de38e0d3ecfc6f58a711962c69ccc8dd7c9db312f9bdf08b1e1b8182e27a844da728c5e0dbb5507bf9931c1ed80b"), command.to_vec())
+            .await;
+        assert_eq!(forged.status(), 401);
+    }
+}

@@ -692,3 +692,20 @@ both_backends!(
         assert!(!decoy.exists(), "the environment's database was not touched");
     }
 );
+
+#[test]
+fn the_readme_provider_table_is_what_the_providers_command_prints() {
+    let output = Command::new(BIN).arg("providers").output().unwrap();
+    assert!(output.status.success());
+    let table = String::from_utf8(output.stdout).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
+    assert!(rows.len() >= 35, "{table}");
+    for row in rows {
+        assert!(
+            readme.contains(row),
+            "README.md lacks this row of `idempotent-receiver providers`; paste the command's table:\n{row}"
+        );
+    }
+}

@@ -58,6 +58,7 @@ pub struct Described {
     invalid_signature_status: Option<u16>,
     retry_window: RetryWindow,
     key_signed: bool,
+    volatile: Vec<String>,
 }
 
 /// One way the provider signs, compiled.
@@ -205,6 +206,11 @@ impl Described {
             invalid_signature_status: description.invalid_signature_status,
             retry_window: retry_window(description)?,
             key_signed,
+            volatile: description
+                .volatile
+                .iter()
+                .map(|p| pointer_in("volatile", p).map(str::to_owned))
+                .collect::<Result<_, _>>()?,
             id,
             variants: apply_tolerance(variants, spec.tolerance),
         })
@@ -324,6 +330,25 @@ impl Described {
         Ok(index)
     }
 
+    /// The fingerprint of `payload` without its volatile fields; `None`
+    /// when the description names none.
+    fn fingerprint(&self, payload: &Value) -> Option<String> {
+        if self.volatile.is_empty() {
+            return None;
+        }
+        let mut stable = payload.clone();
+        for pointer in &self.volatile {
+            let (parent, field) = pointer.rsplit_once('/')?;
+            if let Some(Value::Object(map)) = stable.pointer_mut(parent) {
+                map.remove(field);
+            }
+        }
+        // serde_json's maps are ordered by key: the same content is the same
+        // bytes whatever order the sender wrote it in.
+        let bytes = serde_json::to_vec(&stable).ok()?;
+        Some(hex::encode(sha2::Sha256::digest(bytes)))
+    }
+
     /// The batch's items, each as the JSON the item settings point at.
     fn items<'a>(&self, payload: &'a Value) -> Result<Option<Vec<&'a Value>>, Rejection> {
         let Some((array, item)) = &self.items else {
@@ -430,6 +455,7 @@ impl Provider for Described {
                         key: ids::key(&self.id, request, item)?,
                         event_type: ids::event_type(self.event_type.as_ref(), request, item),
                         item: Some(item.clone()),
+                        fingerprint: self.fingerprint(item),
                         key_signed: self.key_signed,
                     })
                 })
@@ -438,6 +464,7 @@ impl Provider for Described {
                 key: ids::key(&self.id, request, payload)?,
                 event_type: ids::event_type(self.event_type.as_ref(), request, payload),
                 item: None,
+                fingerprint: self.fingerprint(payload),
                 key_signed: self.key_signed,
             }]),
         }

@@ -336,6 +336,7 @@ impl Provider for PayPal {
             key: key_at(payload, "/id")?,
             event_type: text_at(payload, "/event_type"),
             item: None,
+            fingerprint: None,
             key_signed: true,
         }])
     }

@@ -43,11 +43,25 @@ pub fn sign(
     event_type: Option<&str>,
     body: Vec<u8>,
 ) -> Result<SignedDelivery, SignError> {
+    sign_with_key(provider, delivery_id, timestamp, event_type, body, None)
+}
+
+/// [`sign`], with a private key for the providers that sign asymmetrically
+/// (Discord, PayPal): a test key, never one the receiver holds.
+pub fn sign_with_key(
+    provider: &dyn Provider,
+    delivery_id: &str,
+    timestamp: i64,
+    event_type: Option<&str>,
+    body: Vec<u8>,
+    signing_key: Option<&str>,
+) -> Result<SignedDelivery, SignError> {
     let signed = provider.sign(&SignInput {
         delivery_id,
         timestamp,
         body: &body,
         event_type,
+        signing_key,
     })?;
     Ok(SignedDelivery {
         headers: signed.headers,

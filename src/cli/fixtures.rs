@@ -43,6 +43,13 @@ pub struct Source {
     /// Whether the signature covers the body (and so has a `tampered` case):
     /// a static token does not.
     pub body_signed: bool,
+    /// For the providers that sign asymmetrically (Discord, PayPal): the
+    /// published test private key that signs, and another for the
+    /// `wrong-secret` case; `secret` is then the verifying side's setting.
+    pub signing_keys: Option<(&'static str, &'static str)>,
+    /// PayPal's webhook id and pinned certificate.
+    pub webhook_id: Option<&'static str>,
+    pub certificate: Option<&'static str>,
 }
 
 impl Source {
@@ -53,9 +60,15 @@ impl Source {
 
     pub fn spec(&self, secret: &str) -> ProviderSpec {
         ProviderSpec {
-            secrets: vec![secret.to_owned()],
+            secrets: if secret.is_empty() {
+                Vec::new()
+            } else {
+                vec![secret.to_owned()]
+            },
             hmac: self.hmac.clone(),
             url: Some(URL.to_owned()),
+            webhook_id: self.webhook_id.map(str::to_owned),
+            certificate: self.certificate.map(|c| repository_file(c).into()),
             ..ProviderSpec::default()
         }
     }
@@ -74,10 +87,26 @@ impl Source {
             delivery_id,
             timestamped: description.signs_timestamp(),
             body_signed: description.signs_body(),
+            signing_keys: None,
+            webhook_id: None,
+            certificate: None,
             provider: name,
         }
     }
 }
+
+/// A file of this repository, by its path from the repository's root.
+pub fn repository_file(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// RFC 8032 §7.1 TEST 1 and TEST 2: published ed25519 key pairs (seed,
+/// public key).
+const ED25519_TEST_1: (&str, &str) = (
+    "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+    "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+);
+const ED25519_TEST_2: &str = "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb";
 
 /// A type the payments handler books, where the provider has one.
 fn event_type_of(description: &Description) -> String {
@@ -115,6 +144,9 @@ pub fn sources() -> Vec<Source> {
         body: br#"{"type":"payment.succeeded","data":{"id":"pay_fx_1","order_id":"order_fx_1","amount":4200,"currency":"EUR"}}"#.to_vec(),
         timestamped: true,
         body_signed: true,
+        signing_keys: None,
+        webhook_id: None,
+        certificate: None,
     }
     };
     let mut sources = vec![
@@ -143,6 +175,40 @@ pub fn sources() -> Vec<Source> {
             body: br#"{"id":"acme_evt_1","type":"invoice.paid"}"#.to_vec(),
             timestamped: true,
             body_signed: true,
+            signing_keys: None,
+            webhook_id: None,
+            certificate: None,
+        },
+        Source {
+            provider: "discord".into(),
+            secret: ED25519_TEST_1.1.into(),
+            other_secret: ED25519_TEST_1.1.into(),
+            hmac: None,
+            delivery_id: "787053080478613599".into(),
+            event_type: None,
+            body: br#"{"id":"787053080478613599","type":2,"data":{"name":"fixture"},"version":1}"#.to_vec(),
+            timestamped: true,
+            body_signed: true,
+            signing_keys: Some((ED25519_TEST_1.0, ED25519_TEST_2)),
+            webhook_id: None,
+            certificate: None,
+        },
+        Source {
+            provider: "paypal".into(),
+            secret: String::new(),
+            other_secret: String::new(),
+            hmac: None,
+            delivery_id: "WH-FIXTURE-PAYPAL-1".into(),
+            event_type: None,
+            body: br#"{"id":"WH-FIXTURE-PAYPAL-1","event_type":"PAYMENT.CAPTURE.COMPLETED","resource":{"id":"CAP-FX-1","amount":{"value":"42.00","currency_code":"EUR"},"invoice_id":"order_fx_pp"}}"#.to_vec(),
+            timestamped: true,
+            body_signed: true,
+            signing_keys: Some((
+                include_str!("../../tests/data/paypal/test-key.pem"),
+                include_str!("../../tests/data/paypal/wrong-key.pem"),
+            )),
+            webhook_id: Some("8PT597110X687430LKGECATA"),
+            certificate: Some("tests/data/paypal/test-cert.pem"),
         },
     ];
     sources.extend(providers::entries().iter().map(Source::of));
@@ -193,16 +259,19 @@ pub fn generate(source: &Source) -> Result<Vec<Fixture>, FixtureError> {
     };
     let good = provider(&source.secret)?;
     let wrong = provider(&source.other_secret)?;
-    let sign = |p: &dyn providers::Provider, timestamp: i64| {
-        client::sign(
+    let sign_as = |p: &dyn providers::Provider, timestamp: i64, key: Option<&str>| {
+        client::sign_with_key(
             p,
             &source.delivery_id,
             timestamp,
             source.event_type.as_deref(),
             source.body.clone(),
+            key,
         )
         .map_err(FixtureError::Sign)
     };
+    let key = source.signing_keys.map(|(key, _)| key);
+    let sign = |p: &dyn providers::Provider, timestamp: i64| sign_as(p, timestamp, key);
     let fixture = |case: &str, delivery: client::SignedDelivery, expect: Expect| Fixture {
         provider: source.provider.clone(),
         endpoint: source.endpoint(),
@@ -239,9 +308,13 @@ pub fn generate(source: &Source) -> Result<Vec<Fixture>, FixtureError> {
             },
         ));
     }
+    let wrong_signature = match source.signing_keys {
+        Some((_, other)) => sign_as(good.as_ref(), NOW, Some(other))?,
+        None => sign(wrong.as_ref(), NOW)?,
+    };
     fixtures.push(fixture(
         "wrong-secret",
-        sign(wrong.as_ref(), NOW)?,
+        wrong_signature,
         Expect {
             status: invalid_status,
             ..refused("invalid-signature")
@@ -285,11 +358,22 @@ pub fn endpoints_toml() -> String {
     let mut toml = String::new();
     for source in sources() {
         toml.push_str(&format!(
-            "[endpoints.{}]\nprovider = {:?}\nsecrets = [{:?}]\nurl = {URL:?}\n",
+            "[endpoints.{}]\nprovider = {:?}\nurl = {URL:?}\n",
             source.endpoint(),
             source.provider,
-            source.secret
         ));
+        if !source.secret.is_empty() {
+            toml.push_str(&format!("secrets = [{:?}]\n", source.secret));
+        }
+        if let Some(webhook_id) = source.webhook_id {
+            toml.push_str(&format!("webhook_id = {webhook_id:?}\n"));
+        }
+        if let Some(certificate) = source.certificate {
+            toml.push_str(&format!(
+                "certificate = {:?}\n",
+                repository_file(certificate)
+            ));
+        }
         if source.hmac.is_some() {
             toml.push_str(&format!(
                 "[endpoints.{}.hmac]\n{ACME_HMAC}",

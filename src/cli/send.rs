@@ -24,6 +24,11 @@ pub struct Args {
     /// id). Without --file it is the sample body's id too. Repeat an id to see a replay.
     #[arg(long)]
     id: Option<String>,
+    /// A private key file, for the providers that sign asymmetrically: Discord (the
+    /// ed25519 seed in hex) and PayPal (an RSA key, PKCS#8 PEM). A test key: the
+    /// receiver itself only ever holds the public half.
+    #[arg(long, value_name = "FILE")]
+    signing_key: Option<PathBuf>,
     /// The event type, for schemes that carry it in a header (GitHub's X-GitHub-Event,
     /// Shopify's X-Shopify-Topic, an hmac endpoint's event_type_header).
     #[arg(long)]
@@ -58,12 +63,14 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<ExitCode> {
         let listen = settings.listen.replace("0.0.0.0", "127.0.0.1");
         format!("http://{listen}/webhooks/{endpoint}")
     });
-    let delivery = client::sign(
+    let signing_key = super::sign::read_signing_key(args.signing_key.as_deref())?;
+    let delivery = client::sign_with_key(
         provider,
         &id,
         chrono::Utc::now().timestamp(),
         args.event_type.as_deref(),
         body,
+        signing_key.as_deref(),
     )?;
     // The key the receiver stores the delivery under, which is not `--id`
     // for schemes that read it from the body (Stripe's `evt_...`).

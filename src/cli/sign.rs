@@ -33,6 +33,11 @@ pub struct Args {
     /// The Unix timestamp to sign (default: now).
     #[arg(long)]
     timestamp: Option<i64>,
+    /// A private key file, for the providers that sign asymmetrically: Discord (the
+    /// ed25519 seed in hex) and PayPal (an RSA key, PKCS#8 PEM). A test key: the
+    /// receiver itself only ever holds the public half.
+    #[arg(long, value_name = "FILE")]
+    signing_key: Option<PathBuf>,
     /// The event type, for schemes that carry it in a header (GitHub, Shopify).
     #[arg(long)]
     event_type: Option<String>,
@@ -79,12 +84,14 @@ pub fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
     let timestamp = args
         .timestamp
         .unwrap_or_else(|| chrono::Utc::now().timestamp());
-    let delivery = client::sign(
+    let signing_key = read_signing_key(args.signing_key.as_deref())?;
+    let delivery = client::sign_with_key(
         provider.as_ref(),
         &id,
         timestamp,
         args.event_type.as_deref(),
         body.clone(),
+        signing_key.as_deref(),
     )?;
     // A scheme that signs inside the body (Adyen) or posts a form
     // (Braintree) sends other bytes than the file's: curl then carries them.
@@ -121,4 +128,13 @@ pub fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
         ),
     }
     Ok(())
+}
+
+/// The text of `--signing-key`, if given.
+pub fn read_signing_key(path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    path.map(|path| {
+        std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the signing key {}", path.display()))
+    })
+    .transpose()
 }

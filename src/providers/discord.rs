@@ -178,9 +178,28 @@ impl Provider for Discord {
         RETRY_WINDOW
     }
 
-    /// Discord signs with its private key, which the receiver never holds.
-    fn sign(&self, _input: &SignInput<'_>) -> Result<Signed, SignError> {
-        Err(SignError::NoSigningKey)
+    /// Discord signs with its private key, which the receiver never holds:
+    /// only a test key given as `signing_key` (the 32-byte seed in hex)
+    /// signs, for fixtures and `sign --signing-key`.
+    fn sign(&self, input: &SignInput<'_>) -> Result<Signed, SignError> {
+        let seed = input.signing_key.ok_or(SignError::NoSigningKey)?;
+        let seed = hex::decode(seed.trim())
+            .ok()
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes.as_slice()).ok())
+            .ok_or_else(|| {
+                SignError::Body("the signing key must be 64 hex digits (an ed25519 seed)".into())
+            })?;
+        let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+        let timestamp = input.timestamp.to_string();
+        let message = [timestamp.as_bytes(), input.body].concat();
+        let signature = ed25519_dalek::Signer::sign(&key, &message);
+        Ok(Signed::headers(vec![
+            (
+                SIGNATURE_HEADER.to_owned(),
+                hex::encode(signature.to_bytes()),
+            ),
+            (TIMESTAMP_HEADER.to_owned(), timestamp),
+        ]))
     }
 }
 
@@ -475,6 +494,7 @@ mod tests {
             timestamp: TIMESTAMP,
             body: PING_BODY,
             event_type: None,
+            signing_key: None,
         };
         let p = provider(&[RFC_PUBLIC_KEY]);
         assert!(matches!(p.sign(&input), Err(SignError::NoSigningKey)));

@@ -166,6 +166,11 @@ pub struct SignInput<'a> {
     pub timestamp: i64,
     pub body: &'a [u8],
     pub event_type: Option<&'a str>,
+    /// A private key to sign with, for the schemes whose senders sign
+    /// asymmetrically and whose receivers hold only the public half
+    /// (Discord: the ed25519 seed in hex; PayPal: an RSA key in PKCS#8 PEM).
+    /// Only for tests and fixtures: the receiver never holds such a key.
+    pub signing_key: Option<&'a str>,
 }
 
 /// A signed request: its headers, and the body and query string where the

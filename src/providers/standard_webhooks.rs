@@ -365,6 +365,7 @@ mod tests {
             timestamp: TIMESTAMP,
             body: BODY,
             event_type: None,
+            signing_key: None,
         };
         let headers = provider(&[SECRET]).sign(&input).unwrap();
         assert_eq!(
@@ -738,6 +739,7 @@ mod tests {
             timestamp: TIMESTAMP,
             body: BODY,
             event_type: None,
+            signing_key: None,
         };
         let p = provider(&[GO_PUBLIC_KEY, SECOND_PUBLIC_KEY]);
         assert!(matches!(p.sign(&input), Err(SignError::NoSigningKey)));
@@ -750,6 +752,7 @@ mod tests {
             timestamp: TIMESTAMP,
             body: BODY,
             event_type: None,
+            signing_key: None,
         };
         let headers = provider(&[GO_PUBLIC_KEY, SECRET]).sign(&input).unwrap();
         assert_eq!(
@@ -811,6 +814,7 @@ mod tests {
                     timestamp: now,
                     body,
                     event_type: None,
+                    signing_key: None,
                 };
                 let mut map = http::HeaderMap::new();
                 for (name, value) in provider(&[secret]).sign(&input).unwrap().headers {

@@ -248,7 +248,15 @@ async fn send_and_sign_work_for_every_provider_against_serve() {
         let endpoint = source.endpoint();
         // `send` signs with the endpoint's configured secret and its own sample body.
         let id = format!("msg_send_{}", source.provider);
-        let sent = with_config(&["send", "--endpoint", &endpoint, "--id", &id]);
+        // Discord and PayPal sign with a private key the receiver never
+        // holds: the fixtures' published test key signs.
+        let key_file = dir.path().join(format!("{}.key", source.provider));
+        let mut send = vec!["send", "--endpoint", &endpoint, "--id", &id];
+        if let Some((key, _)) = source.signing_keys {
+            std::fs::write(&key_file, key).unwrap();
+            send.extend(["--signing-key", key_file.to_str().unwrap()]);
+        }
+        let sent = with_config(&send);
         let stdout = String::from_utf8_lossy(&sent.stdout);
         assert!(
             stdout.contains("HTTP 200"),
@@ -272,6 +280,9 @@ async fn send_and_sign_work_for_every_provider_against_serve() {
         ];
         if let Some(event_type) = &source.event_type {
             args.extend(["--event-type", event_type]);
+        }
+        if source.signing_keys.is_some() {
+            args.extend(["--signing-key", key_file.to_str().unwrap()]);
         }
         let signed = with_config(&args);
         assert!(

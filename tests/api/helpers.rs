@@ -246,6 +246,7 @@ impl TestApp {
                 timestamp,
                 body,
                 event_type: None,
+                signing_key: None,
             })
             .expect("the test endpoint has a secret")
             .headers

@@ -93,12 +93,13 @@ fn signer(source: &Source) -> Box<dyn Provider> {
 
 /// The request the provider would send for `body` at `timestamp`.
 fn signed(source: &Source, id: &str, timestamp: i64, body: &[u8]) -> client::SignedDelivery {
-    client::sign(
+    client::sign_with_key(
         signer(source).as_ref(),
         id,
         timestamp,
         source.event_type.as_deref(),
         body.to_vec(),
+        source.signing_keys.map(|(key, _)| key),
     )
     .unwrap()
 }

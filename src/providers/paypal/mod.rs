@@ -279,6 +279,11 @@ pub(crate) fn signed_message(id: &str, time: &str, webhook_id: &str, body: &[u8]
     format!("{id}|{time}|{webhook_id}|{}", crc32fast::hash(body))
 }
 
+/// The certificate URL test signatures name: allow-listed, and never
+/// fetched by an endpoint that pins its certificate.
+const TEST_CERT_URL: &str =
+    "https://api-m.paypal.com/v1/notifications/certs/CERT-idempotent-receiver-test";
+
 /// "PayPal tries to resend the notification message 25 times over the
 /// course of three days."
 const RETRY_WINDOW: RetryWindow = RetryWindow::Retries {
@@ -348,7 +353,10 @@ impl Provider for PayPal {
     /// PayPal signs with its private key, which the receiver never holds;
     /// tests and fixtures sign with [`sign_with_key`] and the published test
     /// key.
-    fn sign(&self, _: &SignInput<'_>) -> Result<Signed, SignError> {
-        Err(SignError::NoSigningKey)
+    fn sign(&self, input: &SignInput<'_>) -> Result<Signed, SignError> {
+        let key = input.signing_key.ok_or(SignError::NoSigningKey)?;
+        let headers = sign_with_key(key, TEST_CERT_URL, &self.webhook_id, input)
+            .map_err(|e| SignError::Body(e.to_string()))?;
+        Ok(Signed::headers(headers))
     }
 }

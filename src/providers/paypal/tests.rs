@@ -133,6 +133,7 @@ fn signed_by_test_key(timestamp: i64) -> Vec<(String, String)> {
         timestamp,
         body: TEST_BODY,
         event_type: None,
+        signing_key: None,
     };
     sign_with_key(TEST_KEY, TEST_CERT_URL, TEST_WEBHOOK_ID, &input).unwrap()
 }
@@ -432,6 +433,7 @@ fn the_receiver_cannot_sign_as_paypal() {
         timestamp: TIMESTAMP,
         body: BODY,
         event_type: None,
+        signing_key: None,
     };
     assert!(matches!(p.sign(&input), Err(SignError::NoSigningKey)));
     assert_eq!(

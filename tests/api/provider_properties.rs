@@ -44,7 +44,13 @@ fn names() -> Vec<String> {
             ];
             names.extend(named.into_iter().flatten().map(|n| n.to_ascii_lowercase()));
             if let Some(when) = &d.when_header {
-                names.push(when.split(':').next().unwrap_or(when).trim().to_ascii_lowercase());
+                names.push(
+                    when.split(':')
+                        .next()
+                        .unwrap_or(when)
+                        .trim()
+                        .to_ascii_lowercase(),
+                );
             }
         }
     }

@@ -88,16 +88,20 @@ impl Vector {
             (None, None, Some(file)) => {
                 std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).expect("body_file")
             }
-            _ => panic!("{}: give exactly one of body, body_base64, body_file", self.name),
+            _ => panic!(
+                "{}: give exactly one of body, body_base64, body_file",
+                self.name
+            ),
         }
     }
 
     fn provider(&self, name: &str) -> Box<dyn Provider> {
         let spec = ProviderSpec {
             secrets: self.secrets.clone(),
-            tolerance: self.tolerance.as_deref().map(|t| {
-                idempotent_receiver::duration_text::parse_duration(t).expect("tolerance")
-            }),
+            tolerance: self
+                .tolerance
+                .as_deref()
+                .map(|t| idempotent_receiver::duration_text::parse_duration(t).expect("tolerance")),
             url: self.url.clone(),
             webhook_id: self.webhook_id.clone(),
             certificate: self
@@ -208,7 +212,11 @@ fn every_vector_verifies_as_published_and_every_tampered_copy_is_refused() {
                     .chain(0..middle)
                     .find(|&i| tampered[i].is_ascii_alphanumeric())
                     .unwrap_or(middle);
-                tampered[position] = if tampered[position] == b'a' { b'b' } else { b'a' };
+                tampered[position] = if tampered[position] == b'a' {
+                    b'b'
+                } else {
+                    b'a'
+                };
                 let result = vector.check(provider.as_ref(), &vector.headers, &tampered);
                 assert!(result.is_err(), "{at}: a tampered body verified");
             }
@@ -217,7 +225,11 @@ fn every_vector_verifies_as_published_and_every_tampered_copy_is_refused() {
                     .headers
                     .iter()
                     .map(|(n, v)| {
-                        let v = if n.eq_ignore_ascii_case(&name) { changed(v) } else { v.clone() };
+                        let v = if n.eq_ignore_ascii_case(&name) {
+                            changed(v)
+                        } else {
+                            v.clone()
+                        };
                         (n.clone(), v)
                     })
                     .collect();
@@ -252,7 +264,9 @@ fn expect_deliveries(
         method: &vector.method,
         query: &vector.query,
     };
-    let payload = provider.payload(&request).unwrap_or_else(|e| panic!("{at}: {e}"));
+    let payload = provider
+        .payload(&request)
+        .unwrap_or_else(|e| panic!("{at}: {e}"));
     let handshake = provider
         .handshake(&request, &payload, verified)
         .unwrap_or_else(|e| panic!("{at}: {e}"));

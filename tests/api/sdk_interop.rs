@@ -10,7 +10,7 @@
 //! current time (and their tolerance parameter where they have one); ours
 //! is given the same instant as `now`.
 
-use crate::helpers::{Backend, TestApp};
+use crate::helpers::TestApp;
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use idempotent_receiver::client::{self, SignedDelivery};
 use idempotent_receiver::providers::{self, Provider, ProviderSpec, Rejection, SignedRequest};
@@ -117,7 +117,12 @@ impl Case {
         }
     }
 
-    fn sdk_verifies(&self, python: &str, delivery: &SignedDelivery, now: i64) -> Result<(), String> {
+    fn sdk_verifies(
+        &self,
+        python: &str,
+        delivery: &SignedDelivery,
+        now: i64,
+    ) -> Result<(), String> {
         let answer = call_sdk(
             python,
             &json!({
@@ -201,7 +206,11 @@ impl Case {
 }
 
 /// Our verifier on `delivery` at `now`, and then the keys it reads from it.
-fn we_verify(provider: &dyn Provider, delivery: &SignedDelivery, now: i64) -> Result<(), Rejection> {
+fn we_verify(
+    provider: &dyn Provider,
+    delivery: &SignedDelivery,
+    now: i64,
+) -> Result<(), Rejection> {
     let mut headers = HeaderMap::new();
     for (name, value) in &delivery.headers {
         headers.append(
@@ -230,8 +239,14 @@ fn agree(case: &Case) {
     let now = chrono::Utc::now().timestamp();
     let body = case.body(provider.as_ref());
 
-    let ours = client::sign(provider.as_ref(), ID, now, Some(case.event_type), body.clone())
-        .expect("we sign");
+    let ours = client::sign(
+        provider.as_ref(),
+        ID,
+        now,
+        Some(case.event_type),
+        body.clone(),
+    )
+    .expect("we sign");
     we_verify(provider.as_ref(), &ours, now).expect("we accept what we signed");
     if let Err(why) = case.sdk_verifies(&python, &ours, now) {
         panic!("the {name} SDK refuses what we signed: {why}");
@@ -274,7 +289,7 @@ const STRIPE: Case = Case {
     secret: "whsec_interop5Jq0c8Yh3Tn2Wm7Kx1Rb4Vd9",
     url: None,
     body: Some(
-        r#"{"id":"evt_interop_0001","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent","amount":4200,"currency":"eur"}}}"#,
+        r#"{"id":"evt_interop_0001","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_1","object":"payment_intent","amount":4200,"amount_received":4200,"currency":"eur","status":"succeeded"}}}"#,
     ),
     event_type: "payment_intent.succeeded",
     sdk_signs: true,
@@ -372,19 +387,21 @@ fn the_square_sdk_accepts_what_the_receiver_signs() {
 
 // Adyen==16.0.0: Adyen.util.is_valid_hmac_notification (asked about every
 // item) and generate_notification_sig. Two items: the batch is signed per item.
+const ADYEN: Case = Case {
+    provider: "adyen",
+    secret: "44782def547aaa06c910c43932b1eb0c71fc68d9d0c057550c48ec2acf6ba056",
+    url: None,
+    body: Some(
+        r#"{"live":"false","notificationItems":[{"NotificationRequestItem":{"additionalData":{"hmacSignature":""},"amount":{"currency":"EUR","value":4200},"eventCode":"AUTHORISATION","eventDate":"2024-04-12T10:18:49+02:00","merchantAccountCode":"InteropMerchant","merchantReference":"order_1001","pspReference":"QFQTPCQ8HXSKGK82","reason":"","success":"true"}},{"NotificationRequestItem":{"additionalData":{"hmacSignature":""},"amount":{"currency":"EUR","value":1000},"eventCode":"CAPTURE","eventDate":"2024-04-12T10:20:00+02:00","merchantAccountCode":"InteropMerchant","merchantReference":"order_1002","originalReference":"QFQTPCQ8HXSKGK82","pspReference":"V4HZ4RBFJGXXGN82","reason":"","success":"true"}}]}"#,
+    ),
+    event_type: "AUTHORISATION",
+    sdk_signs: true,
+    tamper: Tamper::Body("4200", "4201"),
+};
+
 #[test]
 fn the_adyen_sdk_and_the_receiver_accept_each_others_signatures() {
-    agree(&Case {
-        provider: "adyen",
-        secret: "44782def547aaa06c910c43932b1eb0c71fc68d9d0c057550c48ec2acf6ba056",
-        url: None,
-        body: Some(
-            r#"{"live":"false","notificationItems":[{"NotificationRequestItem":{"additionalData":{"hmacSignature":""},"amount":{"currency":"EUR","value":4200},"eventCode":"AUTHORISATION","eventDate":"2024-04-12T10:18:49+02:00","merchantAccountCode":"InteropMerchant","merchantReference":"order_1001","pspReference":"QFQTPCQ8HXSKGK82","reason":"","success":"true"}},{"NotificationRequestItem":{"additionalData":{"hmacSignature":""},"amount":{"currency":"EUR","value":1000},"eventCode":"CAPTURE","eventDate":"2024-04-12T10:20:00+02:00","merchantAccountCode":"InteropMerchant","merchantReference":"order_1002","originalReference":"QFQTPCQ8HXSKGK82","pspReference":"V4HZ4RBFJGXXGN82","reason":"","success":"true"}}]}"#,
-        ),
-        event_type: "AUTHORISATION",
-        sdk_signs: true,
-        tamper: Tamper::Body("4200", "4201"),
-    });
+    agree(&ADYEN);
 }
 
 // razorpay==2.0.1: razorpay.Utility().verify_webhook_signature. The SDK has
@@ -454,4 +471,77 @@ fn the_mercadopago_sdk_accepts_what_the_receiver_signs() {
         sdk_signs: false,
         tamper: Tamper::Header("x-request-id", "bb56a2f1-6aae-46ac-982e-9dcd3581d08e"),
     });
+}
+
+/// The interop endpoints: one per provider whose SDK-signed delivery goes
+/// through the real receiver.
+fn sdk_endpoints(builder: crate::helpers::TestAppBuilder) -> crate::helpers::TestAppBuilder {
+    let mut toml = String::new();
+    for case in [&STRIPE, &ADYEN, &BRAINTREE] {
+        toml.push_str(&format!(
+            "[endpoints.sdk-{0}]\nprovider = {0:?}\nsecrets = [{1:?}]\n",
+            case.provider, case.secret
+        ));
+    }
+    builder.endpoints_toml(&toml)
+}
+
+/// A delivery the SDK signed, posted to the receiver: processed once (with
+/// the provider's own acknowledgement where it demands one), replayed when
+/// posted again, and a tampered copy refused with the provider's status.
+async fn sdk_delivery_round_trip(app: &TestApp, python: &str, case: &Case) {
+    let provider = case.provider();
+    let endpoint = format!("sdk-{}", case.provider);
+    let body = case.body(provider.as_ref());
+    let delivery = case.sdk_signs(python, &body, chrono::Utc::now().timestamp());
+    let keys = client::identity(provider.as_ref(), &delivery).expect("the keys");
+
+    let endpoint = endpoint.as_str();
+    let post = |delivery: SignedDelivery| async move {
+        app.post_signed(endpoint, &delivery.headers, &delivery.query, delivery.body)
+            .await
+    };
+
+    let tampered = post(case.tampered(&delivery)).await;
+    let status = provider.invalid_signature_status().unwrap_or(401);
+    crate::helpers::problem(tampered, status, "invalid-signature").await;
+    assert_eq!(app.count("deliveries").await, 0);
+
+    let first = post(delivery.clone()).await;
+    let status = first.status();
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let text = first.text().await.expect("a body");
+    assert_eq!(status, 200, "{}: {text}", case.provider);
+    match provider.acknowledgement() {
+        Some(ack) => assert_eq!(text, ack),
+        None => {
+            let answer: Value = serde_json::from_str(&text).expect("a JSON answer");
+            assert_eq!(answer["status"], "processed", "{text}");
+        }
+    }
+    let again = post(delivery.clone()).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(app.count("deliveries").await, keys.len() as i64);
+}
+
+crate::both_backends_with! { sdk_endpoints;
+    async fn a_delivery_the_stripe_sdk_signed_is_processed_once(app) {
+        let Some(python) = python() else { return };
+        sdk_delivery_round_trip(app, &python, &STRIPE).await;
+    }
+}
+
+crate::both_backends_with! { sdk_endpoints;
+    async fn a_batch_the_adyen_sdk_signed_is_processed_once_and_accepted(app) {
+        let Some(python) = python() else { return };
+        sdk_delivery_round_trip(app, &python, &ADYEN).await;
+    }
+}
+
+crate::both_backends_with! { sdk_endpoints;
+    async fn a_notification_the_braintree_sdk_made_is_processed_once(app) {
+        let Some(python) = python() else { return };
+        sdk_delivery_round_trip(app, &python, &BRAINTREE).await;
+    }
 }

@@ -13,6 +13,7 @@ mod admin;
 mod admin_cli;
 mod admin_login;
 mod bad_input;
+mod batches;
 mod bench_sql;
 mod browser;
 mod cdp;

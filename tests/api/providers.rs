@@ -407,3 +407,96 @@ async fn a_signed_id_with_a_reused_body_is_a_new_delivery() {
     }
     assert_eq!(app.ledger_rows().await, 2);
 }
+
+/// A provider the catalogue does not know, described in the endpoint's
+/// configuration alone: a `k=v` signature header with a millisecond
+/// timestamp and a base64 HMAC-SHA512 keyed by a hex secret, over the
+/// method, the public URL and the body; the key and the event type in the
+/// body. The signature was computed with Python, not with this code:
+///
+/// ```text
+/// python3 -c 'import hmac,hashlib,base64; print(base64.b64encode(hmac.new(
+///   bytes.fromhex("00112233445566778899aabbccddeeff"),
+///   b"1767225600000.POST.https://receiver.example/webhooks/acmepay." + BODY,
+///   hashlib.sha512).digest()).decode())'
+/// ```
+const ACME_PAY: &str = r#"
+[endpoints.acmepay]
+provider = "hmac"
+secrets = ["00112233445566778899aabbccddeeff"]
+url = "https://receiver.example/webhooks/acmepay"
+
+[endpoints.acmepay.hmac]
+signature_header = "Acme-Signature"
+syntax = "pairs"
+separator = ","
+timestamp_key = "t"
+signature_key = "s1"
+timestamp_unit = "milliseconds"
+tolerance = "2m"
+encoding = "base64"
+algorithm = "sha512"
+key = "hex"
+signed_content = "{timestamp}.{method}.{url}.{body}"
+id_pointer = "/event/id"
+event_type_pointer = "/event/type"
+"#;
+const ACME_PAY_BODY: &str = r#"{"event":{"id":"ap_evt_1","type":"payment.succeeded"},"data":{"id":"pay_ap_1","order_id":"order_ap_1","amount":990,"currency":"EUR"}}"#;
+const ACME_PAY_SIGNATURE: &str = "t=1767225600000,s1=PksuSgIRISUL/boUZ9QStfe/2wn3vcsBnM3LbJ1V6h63uVCZ0kIS0YQC2t08WtmIZBZ58HG4nnxPI4ZK7cbYHA==";
+
+async fn a_provider_described_in_toml_alone_verifies_keys_and_books(backend: Backend) {
+    let Some(app) = TestApp::builder(backend)
+        .endpoints_toml(ACME_PAY)
+        .verify_at(NOW)
+        .spawn_if_available()
+        .await
+    else {
+        return;
+    };
+    let headers = vec![("Acme-Signature".to_owned(), ACME_PAY_SIGNATURE.to_owned())];
+    let first = app
+        .post_to("acmepay", &headers, ACME_PAY_BODY.as_bytes().to_vec())
+        .await;
+    assert_eq!(first.status(), 200);
+    let answer: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(answer["delivery_id"], "ap_evt_1");
+    assert_eq!(answer["event_type"], "payment.succeeded");
+    assert_eq!(app.ledger_rows().await, 1);
+    let again = app
+        .post_to("acmepay", &headers, ACME_PAY_BODY.as_bytes().to_vec())
+        .await;
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    // One byte of the body changed: refused, nothing more stored.
+    let tampered = ACME_PAY_BODY.replace("990", "991");
+    problem(
+        app.post_to("acmepay", &headers, tampered.into_bytes())
+            .await,
+        401,
+        "invalid-signature",
+    )
+    .await;
+    // The same signature two minutes and a second later: stale.
+    let late = TestApp::builder(backend)
+        .endpoints_toml(ACME_PAY)
+        .verify_at(NOW + 121)
+        .spawn()
+        .await;
+    problem(
+        late.post_to("acmepay", &headers, ACME_PAY_BODY.as_bytes().to_vec())
+            .await,
+        401,
+        "stale-timestamp",
+    )
+    .await;
+    assert_eq!(app.count("deliveries").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_described_in_toml_alone_verifies_keys_and_books_sqlite() {
+    a_provider_described_in_toml_alone_verifies_keys_and_books(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_described_in_toml_alone_verifies_keys_and_books_postgres() {
+    a_provider_described_in_toml_alone_verifies_keys_and_books(Backend::Postgres).await;
+}

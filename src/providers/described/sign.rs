@@ -24,7 +24,11 @@ pub fn sign(d: &Described, input: &SignInput<'_>) -> Result<Signed, SignError> {
     let mut query: Vec<(String, String)> = Vec::new();
     let mut body = input.body.to_vec();
 
-    if let Some((name, value)) = &signature.when {
+    // A variant selected by its own signature header (HubSpot's v3) is
+    // selected by the signature itself: no placeholder beside it.
+    if let Some((name, value)) = &signature.when
+        && !matches!(signature.location, Location::Header(h) if h.eq_ignore_ascii_case(name))
+    {
         headers.push((
             (*name).to_owned(),
             value.clone().unwrap_or_else(|| "1".into()),

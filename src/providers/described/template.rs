@@ -13,7 +13,7 @@
 //! | `{header:NAME}` | a header's value |
 //! | `{field:/pointer}` | a string, number or boolean of the body (or of the batch item); absent: empty |
 //! | `{form:NAME}` | a field of a form-encoded body |
-//! | `{form_sorted}` | every form field, sorted by name, as name and value concatenated |
+//! | `{form_sorted}` | every distinct form field, sorted by name then value, as name and value concatenated |
 //!
 //! `[...]` makes a segment optional: it is left out when a placeholder in it
 //! has nothing to stand for (Mercado Pago's manifest omits absent parts).
@@ -236,6 +236,9 @@ fn value<'a>(part: &'a Part, values: &Values<'a>) -> Result<Option<Cow<'a, [u8]>
         Part::FormSorted => {
             let mut fields: Vec<&(String, String)> = values.form.iter().collect();
             fields.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+            // A name sent twice with one value counts once, as Twilio's SDKs
+            // sign it (`sorted(set(values))`).
+            fields.dedup();
             let mut joined = Vec::new();
             for (key, v) in fields {
                 joined.extend_from_slice(key.as_bytes());
@@ -299,6 +302,32 @@ mod tests {
             render("{url}{form_sorted}", "x=1", None).unwrap(),
             b"https://example.com/hook?x=1a1b2"
         );
+    }
+
+    #[test]
+    fn form_sorted_counts_a_repeated_field_and_value_once() {
+        let headers = HeaderMap::new();
+        let request = SignedRequest {
+            headers: &headers,
+            body: b"",
+            method: "POST",
+            query: "",
+        };
+        let form = [
+            ("d".into(), "5".into()),
+            ("d".into(), "1".into()),
+            ("d".into(), "1".into()),
+        ];
+        let values = Values {
+            request: &request,
+            url: None,
+            id: None,
+            timestamp: None,
+            fields: None,
+            form: &form,
+        };
+        let template = Template::parse("{form_sorted}").unwrap();
+        assert_eq!(template.render(&values).unwrap().concat(), b"d1d5");
     }
 
     #[test]

@@ -144,7 +144,15 @@ impl Case {
         }
     }
 
-    fn sdk_signs(&self, python: &str, body: &[u8], now: i64) -> SignedDelivery {
+    /// The SDK's own signed request for `body` (in its `variant` where it
+    /// signs several: HubSpot's v1, v2, v3).
+    fn sdk_sign(
+        &self,
+        python: &str,
+        body: &[u8],
+        now: i64,
+        variant: Option<&str>,
+    ) -> SignedDelivery {
         let answer = call_sdk(
             python,
             &json!({
@@ -155,6 +163,7 @@ impl Case {
                 "id": ID,
                 "timestamp": now,
                 "body": std::str::from_utf8(body).expect("a text body"),
+                "variant": variant,
             }),
         );
         SignedDelivery {
@@ -261,14 +270,23 @@ fn agree(case: &Case) {
         "we accept a tampered copy of what we signed"
     );
 
-    if !case.sdk_signs {
-        return;
+    if case.sdk_signs {
+        we_accept_what_the_sdk_signs(&python, case, None);
     }
-    let theirs = case.sdk_signs(&python, &body, now);
+}
+
+/// What the SDK signs (in `variant`) passes our verifier, and a tampered
+/// copy is refused by both.
+fn we_accept_what_the_sdk_signs(python: &str, case: &Case, variant: Option<&str>) {
+    let provider = case.provider();
+    let name = case.provider;
+    let now = chrono::Utc::now().timestamp();
+    let body = case.body(provider.as_ref());
+    let theirs = case.sdk_sign(python, &body, now, variant);
     if let Err(rejection) = we_verify(provider.as_ref(), &theirs, now) {
         panic!("we refuse what the {name} SDK signed: {rejection}");
     }
-    if let Err(why) = case.sdk_verifies(&python, &theirs, now) {
+    if let Err(why) = case.sdk_verifies(python, &theirs, now) {
         panic!("the {name} SDK refuses what it signed itself: {why}");
     }
     let tampered = case.tampered(&theirs);
@@ -277,7 +295,7 @@ fn agree(case: &Case) {
         "we accept a tampered copy of what the {name} SDK signed"
     );
     assert!(
-        case.sdk_verifies(&python, &tampered, now).is_err(),
+        case.sdk_verifies(python, &tampered, now).is_err(),
         "the {name} SDK accepts a tampered copy of what it signed"
     );
 }
@@ -493,7 +511,7 @@ async fn sdk_delivery_round_trip(app: &TestApp, python: &str, case: &Case) {
     let provider = case.provider();
     let endpoint = format!("sdk-{}", case.provider);
     let body = case.body(provider.as_ref());
-    let delivery = case.sdk_signs(python, &body, chrono::Utc::now().timestamp());
+    let delivery = case.sdk_sign(python, &body, chrono::Utc::now().timestamp(), None);
     let keys = client::identity(provider.as_ref(), &delivery).expect("the keys");
 
     let endpoint = endpoint.as_str();
@@ -544,4 +562,83 @@ crate::both_backends_with! { sdk_endpoints;
         let Some(python) = python() else { return };
         sdk_delivery_round_trip(app, &python, &BRAINTREE).await;
     }
+}
+
+// twilio==9.13.0: RequestValidator.validate and compute_signature, for a
+// form (the parameters sorted into the signature) and for a JSON body
+// (signed through bodySHA256 in the URL, compute_hash).
+const TWILIO_URL: &str = "https://example.com/webhooks/twilio";
+
+#[test]
+fn the_twilio_sdk_and_the_receiver_accept_each_others_form_signatures() {
+    agree(&Case {
+        provider: "twilio",
+        secret: "12345678901234567890123456789012",
+        url: Some(TWILIO_URL),
+        body: Some(
+            "AccountSid=AC0000000000000000000000000000000&MessageSid=SM0000000000000000000000000000000&MessageStatus=delivered&To=%2B15558675310&From=%2B15017122661&Body=Order+4200+shipped&Body=twice",
+        ),
+        event_type: "delivered",
+        sdk_signs: true,
+        tamper: Tamper::Body("4200", "4201"),
+    });
+}
+
+#[test]
+fn the_twilio_sdk_and_the_receiver_accept_each_others_json_signatures() {
+    agree(&Case {
+        provider: "twilio",
+        secret: "12345678901234567890123456789012",
+        url: Some(TWILIO_URL),
+        body: Some(
+            r#"{"AccountSid":"AC0000000000000000000000000000000","Level":"ERROR","Payload":"order 4200"}"#,
+        ),
+        event_type: "ERROR",
+        sdk_signs: true,
+        tamper: Tamper::Body("4200", "4201"),
+    });
+}
+
+// hubspot-api-client==12.0.0: hubspot.utils.signature.Signature.is_valid
+// and get_signature. The SDK reads the wall clock for v3 (5 minutes).
+const HUBSPOT: Case = Case {
+    provider: "hubspot",
+    secret: "a1b2c3d4-interop-client-secret",
+    url: Some("https://example.com/webhooks/hubspot"),
+    body: Some(
+        r#"[{"eventId":1000001,"subscriptionId":25,"portalId":33,"appId":1160452,"occurredAt":1700000000000,"subscriptionType":"contact.propertyChange","attemptNumber":0,"objectId":4200,"propertyName":"email","propertyValue":"a@example.com"}]"#,
+    ),
+    event_type: "contact.propertyChange",
+    sdk_signs: true,
+    tamper: Tamper::Body("4200", "4201"),
+};
+
+#[test]
+fn the_hubspot_sdk_and_the_receiver_accept_each_others_v3_signatures() {
+    agree(&HUBSPOT);
+}
+
+#[test]
+fn the_receiver_accepts_the_hubspot_sdks_v1_and_v2_signatures() {
+    let Some(python) = python() else { return };
+    for variant in ["v1", "v2"] {
+        we_accept_what_the_sdk_signs(&python, &HUBSPOT, Some(variant));
+    }
+}
+
+// coinbase-commerce==1.0.1: Webhook.construct_event; the SDK has no public
+// signer, so the driver signs with its private WebhookSignature._compute_signature.
+#[test]
+fn the_coinbase_commerce_sdk_and_the_receiver_accept_each_others_signatures() {
+    agree(&Case {
+        provider: "coinbase-commerce",
+        secret: "interop-coinbase-shared-secret",
+        url: None,
+        body: Some(
+            r#"{"id":1,"scheduled_for":"2024-04-12T10:18:49Z","attempt_number":1,"event":{"id":"24934862-d980-46cb-9402-43c81b0cdba6","resource":"event","type":"charge:confirmed","api_version":"2018-03-22","created_at":"2024-04-12T10:18:49Z","data":{"code":"66BEOV2A","pricing":{"local":{"amount":"42.00","currency":"USD"}}}}}"#,
+        ),
+        event_type: "charge:confirmed",
+        sdk_signs: true,
+        tamper: Tamper::Body("42.00", "42.01"),
+    });
 }

@@ -4,7 +4,8 @@ Reads one JSON request on stdin and writes one JSON answer on stdout:
 
   {"op": "verify", "provider", "secret", "headers": [[name, value]], "body",
    "query", "url", "now", "tolerance"}  ->  {"ok": true|false, "why": "..."}
-  {"op": "sign", "provider", "secret", "id", "timestamp", "body", "url"}
+  {"op": "sign", "provider", "secret", "id", "timestamp", "body", "url",
+   "variant"}
                                         ->  {"headers", "body", "query"}
 
 A verify answers ok=false only when the SDK itself refuses the request (its
@@ -303,6 +304,130 @@ def mercadopago_verify(req):
         raise Refused(str(e))
 
 
+# --- Twilio: twilio, twilio/request_validator.py -------------------------
+
+
+class Params(dict):
+    """Form parameters with repeated names, read as the SDK reads Django's
+    QueryDict (getlist)."""
+
+    def getlist(self, name):
+        return self[name]
+
+
+def form_params(body):
+    params = Params()
+    for name, value in urllib.parse.parse_qsl(body, keep_blank_values=True):
+        params.setdefault(name, []).append(value)
+    return params
+
+
+def is_json(body):
+    try:
+        json.loads(body)
+        return True
+    except ValueError:
+        return False
+
+
+def twilio_verify(req):
+    from twilio.request_validator import RequestValidator
+
+    url = req["url"] + ("?" + req["query"] if req["query"] else "")
+    # A JSON body is signed through bodySHA256 in the URL: the SDK takes it
+    # as a string; a form as its parameters.
+    params = req["body"] if is_json(req["body"]) else form_params(req["body"])
+    signature = header(req, "x-twilio-signature") or ""
+    if not RequestValidator(req["secret"]).validate(url, params, signature):
+        raise Refused("RequestValidator.validate: False")
+
+
+def twilio_sign(req):
+    from twilio.request_validator import RequestValidator
+
+    validator = RequestValidator(req["secret"])
+    if is_json(req["body"]):
+        query = urllib.parse.urlencode({"bodySHA256": validator.compute_hash(req["body"])})
+        signature = validator.compute_signature(req["url"] + "?" + query, {})
+        content_type = "application/json"
+    else:
+        query = ""
+        signature = validator.compute_signature(req["url"], form_params(req["body"]))
+        content_type = "application/x-www-form-urlencoded"
+    return {
+        "headers": [["X-Twilio-Signature", signature], ["content-type", content_type]],
+        "query": query,
+    }
+
+
+# --- HubSpot: hubspot-api-client, hubspot/utils/signature.py -------------
+
+
+def hubspot_verify(req):
+    from hubspot.exceptions import InvalidSignatureTimestampError
+    from hubspot.utils.signature import Signature
+
+    v3 = header(req, "x-hubspot-signature-v3")
+    if v3 is not None:
+        version, signature = "v3", v3
+    else:
+        version = header(req, "x-hubspot-signature-version") or ""
+        signature = header(req, "x-hubspot-signature") or ""
+    try:
+        valid = Signature.is_valid(
+            signature=signature,
+            client_secret=req["secret"],
+            request_body=req["body"],
+            http_uri=req["url"],
+            http_method="POST",
+            signature_version=version,
+            timestamp=header(req, "x-hubspot-request-timestamp"),
+        )
+    except InvalidSignatureTimestampError as e:
+        raise Refused(str(e))
+    if not valid:
+        raise Refused(f"Signature.is_valid ({version}): False")
+
+
+def hubspot_sign(req):
+    from hubspot.utils.signature import Signature
+
+    version = req.get("variant") or "v3"
+    timestamp = str(req["timestamp"] * 1000)
+    signature = Signature.get_signature(
+        req["secret"], req["body"], version, req["url"], "POST", timestamp
+    )
+    if version == "v3":
+        headers = [
+            ["X-HubSpot-Signature-v3", signature],
+            ["X-HubSpot-Request-Timestamp", timestamp],
+        ]
+    else:
+        headers = [["X-HubSpot-Signature", signature], ["X-HubSpot-Signature-Version", version]]
+    return {"headers": headers}
+
+
+# --- Coinbase Commerce: coinbase-commerce, coinbase_commerce/webhook.py --
+
+
+def coinbase_verify(req):
+    from coinbase_commerce.error import SignatureVerificationError
+    from coinbase_commerce.webhook import Webhook
+
+    try:
+        Webhook.construct_event(req["body"], header(req, "x-cc-webhook-signature"), req["secret"])
+    except SignatureVerificationError as e:
+        raise Refused(f"SignatureVerificationError {e}")
+
+
+def coinbase_sign(req):
+    # The SDK's own HMAC (a private helper: it has no public signer).
+    from coinbase_commerce.webhook import WebhookSignature
+
+    signature = WebhookSignature._compute_signature(req["body"], req["secret"])
+    return {"headers": [["X-CC-Webhook-Signature", signature]]}
+
+
 SDKS = {
     "stripe": (stripe_verify, stripe_sign),
     "standard-webhooks": (standard_verify, standard_sign),
@@ -315,6 +440,9 @@ SDKS = {
     "gocardless": (gocardless_verify, None),
     "braintree": (braintree_verify, braintree_sign),
     "mercadopago": (mercadopago_verify, None),
+    "twilio": (twilio_verify, twilio_sign),
+    "hubspot": (hubspot_verify, hubspot_sign),
+    "coinbase-commerce": (coinbase_verify, coinbase_sign),
 }
 
 

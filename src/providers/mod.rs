@@ -5,6 +5,7 @@
 mod catalogue;
 mod described;
 pub mod description;
+mod discord;
 mod examples;
 pub mod mac;
 pub mod paypal;
@@ -215,6 +216,7 @@ pub fn build(name: &str, spec: &ProviderSpec) -> Result<Box<dyn Provider>, Provi
         "standard-webhooks" | "svix" => Ok(Box::new(StandardWebhooks::new(spec)?)),
         "clerk" => Ok(Box::new(StandardWebhooks::named("clerk", spec)?)),
         "resend" => Ok(Box::new(StandardWebhooks::named("resend", spec)?)),
+        "discord" => Ok(Box::new(discord::Discord::new(spec)?)),
         "paypal" => {
             let webhook_id = spec.webhook_id.as_deref().ok_or_else(|| {
                 ProviderConfigError::Invalid(

@@ -642,3 +642,23 @@ fn the_coinbase_commerce_sdk_and_the_receiver_accept_each_others_signatures() {
         tamper: Tamper::Body("42.00", "42.01"),
     });
 }
+
+// discord-interactions==0.4.0: verify_key. Discord's private key signs, which
+// neither side holds: the driver signs with PyNaCl (the SDK's dependency)
+// under a fixed seed, bytes 0..32, whose public key this is.
+#[test]
+fn the_discord_sdk_and_the_receiver_accept_the_same_ed25519_signatures() {
+    let Some(python) = python() else { return };
+    let discord = Case {
+        provider: "discord",
+        secret: "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8",
+        url: None,
+        body: Some(
+            r#"{"type":2,"id":"1234567890123454200","application_id":"11","token":"t","data":{"name":"order","options":[{"name":"id","value":4200}]}}"#,
+        ),
+        event_type: "2",
+        sdk_signs: true,
+        tamper: Tamper::Body("4200", "4201"),
+    };
+    we_accept_what_the_sdk_signs(&python, &discord, None);
+}

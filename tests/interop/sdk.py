@@ -428,6 +428,42 @@ def coinbase_sign(req):
     return {"headers": [["X-CC-Webhook-Signature", signature]]}
 
 
+# --- Discord: discord-interactions, verify_key (verify only) -------------
+
+# Discord signs with its private key, which neither the SDK nor the receiver
+# holds: the driver signs with PyNaCl (the SDK's own dependency) under this
+# fixed seed, whose public key is the test's secret.
+DISCORD_SEED = bytes(range(32))
+
+
+def discord_verify(req):
+    from discord_interactions import verify_key
+
+    if not verify_key(
+        req["body"].encode(),
+        header(req, "x-signature-ed25519") or "",
+        header(req, "x-signature-timestamp") or "",
+        req["secret"],
+    ):
+        raise Refused("verify_key: False")
+
+
+def discord_sign(req):
+    from nacl.signing import SigningKey
+
+    key = SigningKey(DISCORD_SEED)
+    if key.verify_key.encode().hex() != req["secret"]:
+        raise SystemExit("the test's public key is not the driver's seed's")
+    timestamp = str(req["timestamp"])
+    signature = key.sign(timestamp.encode() + req["body"].encode()).signature.hex()
+    return {
+        "headers": [
+            ["X-Signature-Ed25519", signature],
+            ["X-Signature-Timestamp", timestamp],
+        ]
+    }
+
+
 SDKS = {
     "stripe": (stripe_verify, stripe_sign),
     "standard-webhooks": (standard_verify, standard_sign),
@@ -443,6 +479,7 @@ SDKS = {
     "twilio": (twilio_verify, twilio_sign),
     "hubspot": (hubspot_verify, hubspot_sign),
     "coinbase-commerce": (coinbase_verify, coinbase_sign),
+    "discord": (discord_verify, discord_sign),
 }
 
 

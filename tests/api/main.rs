@@ -34,5 +34,6 @@ mod provider_vectors;
 mod providers;
 mod purge;
 mod replay_cache;
+mod sdk_interop;
 mod server_language;
 mod smuggling;

@@ -3,6 +3,7 @@
 //! window, read from the catalogue (and, for the hand-written schemes, from
 //! the small table below). The README's provider table is this output.
 
+use idempotent_receiver::providers::description::{Handshake, TimestampUnit};
 use idempotent_receiver::providers::{self, Description, ProviderSpec};
 
 /// One row of the table.
@@ -84,7 +85,7 @@ fn row(d: &Description) -> Row {
             signature.algorithm, signature.signed_content
         ),
     }
-    .replace("Sha", "SHA-");
+    .replace("Sha", "SHA");
     let variants = if d.variants.len() > 1 {
         format!(" ({} versions)", d.variants.len())
     } else {
@@ -155,9 +156,14 @@ fn row(d: &Description) -> Row {
         _ => "none".to_owned(),
     };
     let timestamp = if d.signs_timestamp() {
+        let unit = match signature.timestamp_unit {
+            TimestampUnit::Seconds => "s",
+            TimestampUnit::Milliseconds => "ms",
+            TimestampUnit::Rfc3339 => "RFC 3339",
+            TimestampUnit::Auto => "s or ms",
+        };
         format!(
-            "{timestamp}, {}, {} {}",
-            format!("{:?}", signature.timestamp_unit).to_lowercase(),
+            "{timestamp}, {unit}, {} {}",
             if signature.timestamp_check == providers::description::TimestampCheck::Age {
                 "not older than"
             } else {
@@ -169,7 +175,15 @@ fn row(d: &Description) -> Row {
         timestamp
     };
     let handshake = match (d.handshake, &d.acknowledgement) {
-        (Some(h), _) => format!("{h:?}"),
+        (Some(Handshake::SlackUrlVerification), _) => {
+            "`url_verification` → its challenge".to_owned()
+        }
+        (Some(Handshake::ZoomUrlValidation), _) => {
+            "`endpoint.url_validation` → `plainToken` + `encryptedToken`".to_owned()
+        }
+        (Some(Handshake::TwitchChallenge), _) => {
+            "`webhook_callback_verification` → the raw challenge".to_owned()
+        }
         (None, Some(ack)) => format!("answers `{ack}`"),
         _ => "—".to_owned(),
     };
@@ -184,27 +198,34 @@ fn row(d: &Description) -> Row {
 }
 
 fn retry(name: &str) -> String {
-    let spec = ProviderSpec {
-        secrets: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
-        url: Some("https://receiver.example/".into()),
-        webhook_id: Some("WEBHOOKID".into()),
-        certificate: None,
-        ..ProviderSpec::default()
+    // Any secret of the right form will do: only the retry window is read.
+    const CANDIDATES: &[&str] = &[
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        // RFC 8032 TEST 1's public key, for Discord.
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+    ];
+    let secrets: Vec<String> = match providers::entries().iter().find(|d| d.name == name) {
+        Some(d) => vec![providers::example_secret(d, "table")],
+        None => CANDIDATES.iter().map(|s| s.to_string()).collect(),
     };
-    let built = match providers::entries().iter().find(|d| d.name == name) {
-        Some(d) => providers::build(
-            name,
-            &ProviderSpec {
-                secrets: vec![providers::example_secret(d, "table")],
-                ..spec
-            },
-        ),
-        None => providers::build(name, &spec),
-    };
-    built.map_or_else(
-        |_| "see the provider's docs".to_owned(),
-        |p| p.retry_window().describe(),
-    )
+    secrets
+        .into_iter()
+        .find_map(|secret| {
+            providers::build(
+                name,
+                &ProviderSpec {
+                    secrets: vec![secret],
+                    url: Some("https://receiver.example/".into()),
+                    webhook_id: Some("WEBHOOKID".into()),
+                    ..ProviderSpec::default()
+                },
+            )
+            .ok()
+        })
+        .map_or_else(
+            || "see the provider's docs".to_owned(),
+            |p| p.retry_window().describe(),
+        )
 }
 
 /// The table as Markdown.

@@ -712,7 +712,8 @@ fn the_readme_provider_table_is_what_the_providers_command_prints() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
-    assert!(rows.len() >= 35, "{table}");
+    // 34 providers; `hmac` is described below the table.
+    assert!(rows.len() >= 34, "{table}");
     for row in rows {
         assert!(
             readme.contains(row),

@@ -165,13 +165,10 @@ impl Provider for Discord {
         _request: &SignedRequest<'_>,
         payload: &Value,
     ) -> Result<Vec<Delivery>, Rejection> {
-        Ok(vec![Delivery {
-            key: key_at(payload, "/id")?,
-            event_type: event_type(payload),
-            item: None,
-            fingerprint: None,
-            key_signed: true,
-        }])
+        Ok(Delivery::single_signed(
+            key_at(payload, "/id")?,
+            event_type(payload),
+        ))
     }
 
     fn retry_window(&self) -> RetryWindow {

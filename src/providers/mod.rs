@@ -84,6 +84,20 @@ pub struct Delivery {
     pub key_signed: bool,
 }
 
+impl Delivery {
+    /// The one delivery of a request whose signature covers its key (the
+    /// hand-written schemes: Standard Webhooks, Discord, PayPal).
+    pub fn single_signed(key: String, event_type: Option<String>) -> Vec<Delivery> {
+        vec![Delivery {
+            key,
+            event_type,
+            item: None,
+            fingerprint: None,
+            key_signed: true,
+        }]
+    }
+}
+
 /// What a handshake is answered with instead of processing anything.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandshakeReply {

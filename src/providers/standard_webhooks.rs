@@ -274,16 +274,13 @@ impl Provider for StandardWebhooks {
     ) -> Result<Vec<Delivery>, Rejection> {
         let id = Self::headers(request.headers)?.id;
         check_key(id)?;
-        Ok(vec![Delivery {
-            key: id.to_owned(),
-            event_type: payload
+        Ok(Delivery::single_signed(
+            id.to_owned(),
+            payload
                 .get("type")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            item: None,
-            fingerprint: None,
-            key_signed: true,
-        }])
+        ))
     }
 
     fn retry_window(&self) -> RetryWindow {

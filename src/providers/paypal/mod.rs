@@ -337,13 +337,10 @@ impl Provider for PayPal {
         _: &SignedRequest<'_>,
         payload: &Value,
     ) -> Result<Vec<Delivery>, Rejection> {
-        Ok(vec![Delivery {
-            key: key_at(payload, "/id")?,
-            event_type: text_at(payload, "/event_type"),
-            item: None,
-            fingerprint: None,
-            key_signed: true,
-        }])
+        Ok(Delivery::single_signed(
+            key_at(payload, "/id")?,
+            text_at(payload, "/event_type"),
+        ))
     }
 
     fn retry_window(&self) -> RetryWindow {

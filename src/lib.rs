@@ -63,6 +63,7 @@ pub mod handlers;
 pub mod health;
 pub mod log_text;
 pub mod maintenance;
+pub mod payload;
 pub mod payments;
 pub mod problem;
 pub mod providers;

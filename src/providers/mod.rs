@@ -128,7 +128,7 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The verified payload as JSON: the body itself for most providers; the
     /// form fields or a decoded document for the others.
     fn payload(&self, request: &SignedRequest<'_>) -> Result<Value, Rejection> {
-        crate::webhooks::parse_payload(request.body).map_err(|_| Rejection::MalformedBody)
+        crate::payload::parse_payload(request.body).map_err(|_| Rejection::MalformedBody)
     }
 
     /// A handshake the provider demands before it delivers anything (Slack's

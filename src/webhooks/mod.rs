@@ -2,11 +2,10 @@
 //! the provider's delivery id as the key, and hand the rest to the engine.
 
 mod operation;
-mod payload;
 mod settings;
 
+pub use crate::payload::{NUL_REPLACEMENT, parse_payload, replace_nul};
 pub use operation::RunHandlers;
-pub use payload::{NUL_REPLACEMENT, parse_payload, replace_nul};
 pub use settings::EndpointSettings;
 
 use crate::clock::SharedClock;

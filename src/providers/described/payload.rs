@@ -18,7 +18,7 @@ pub fn form_fields(body: &[u8]) -> Vec<(String, String)> {
 pub fn read(format: PayloadFormat, body: &[u8]) -> Result<Value, Rejection> {
     match format {
         PayloadFormat::Json => {
-            crate::webhooks::parse_payload(body).map_err(|_| Rejection::MalformedBody)
+            crate::payload::parse_payload(body).map_err(|_| Rejection::MalformedBody)
         }
         PayloadFormat::Form => Ok(form_object(&form_fields(body))),
         PayloadFormat::BraintreeXml => {
@@ -53,7 +53,7 @@ fn form_object(fields: &[(String, String)]) -> Value {
         }
     }
     let mut object = Value::Object(object);
-    crate::webhooks::replace_nul(&mut object);
+    crate::payload::replace_nul(&mut object);
     object
 }
 
@@ -69,7 +69,7 @@ pub fn xml_payload(text: &str) -> Result<Value, Rejection> {
     let document = roxmltree::Document::parse_with_options(text, options)
         .map_err(|_| Rejection::MalformedBody)?;
     let mut payload = element(document.root_element());
-    crate::webhooks::replace_nul(&mut payload);
+    crate::payload::replace_nul(&mut payload);
     Ok(payload)
 }
 

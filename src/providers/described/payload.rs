@@ -57,11 +57,20 @@ fn form_object(fields: &[(String, String)]) -> Value {
     object
 }
 
+/// How deep an XML document may nest: Braintree's go five or six levels;
+/// the conversion below recurses once per level, so an unbounded depth
+/// would let a signed body exhaust the stack.
+const MAX_DEPTH: usize = 64;
+
 /// An XML document as JSON, its root element dropped: an element with
 /// children is an object (a name repeated, or `type="array"`, an array), a
 /// leaf is its text, `nil="true"` is null. Attributes are otherwise not kept:
 /// Braintree's carry only types.
 pub fn xml_payload(text: &str) -> Result<Value, Rejection> {
+    // Checked before parsing: the parser itself recurses per level.
+    if nesting(text) > MAX_DEPTH {
+        return Err(Rejection::MalformedBody);
+    }
     let options = roxmltree::ParsingOptions {
         allow_dtd: false,
         ..roxmltree::ParsingOptions::default()
@@ -71,6 +80,35 @@ pub fn xml_payload(text: &str) -> Result<Value, Rejection> {
     let mut payload = element(document.root_element());
     crate::payload::replace_nul(&mut payload);
     Ok(payload)
+}
+
+/// An upper bound of how deep `text`'s elements nest, from its tags alone:
+/// an opening tag deepens it unless it closes itself, a closing tag
+/// undoes one. A `<` inside a comment or CDATA can only overestimate it.
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut rest = text;
+    // Each tag is looked at once, from its `<` to its `>`: linear in the
+    // body whatever it holds.
+    while let Some(open) = rest.find('<') {
+        let tag = &rest[open..];
+        let end = tag.find('>').unwrap_or(tag.len());
+        let inner = &tag[..end];
+        match inner.as_bytes().get(1) {
+            Some(b'/') => depth = depth.saturating_sub(1),
+            Some(b'?' | b'!') => {}
+            _ if inner.ends_with('/') => {}
+            _ => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+        }
+        rest = &tag[end..];
+        if rest.is_empty() {
+            break;
+        }
+    }
+    deepest
 }
 
 fn element(node: roxmltree::Node<'_, '_>) -> Value {
@@ -127,6 +165,15 @@ mod tests {
                    "subject": {"transaction": {"id": "abc", "amount": "10.00",
                    "currency-iso-code": "USD", "order-id": null, "add-ons": []}}})
         );
+    }
+
+    #[test]
+    fn a_document_nested_too_deep_is_refused_without_recursing() {
+        let depth = 10_000;
+        let xml = format!("{}{}", "<a>".repeat(depth), "</a>".repeat(depth));
+        assert_eq!(xml_payload(&xml), Err(Rejection::MalformedBody));
+        let shallow = format!("{}x{}", "<a>".repeat(30), "</a>".repeat(30));
+        assert!(xml_payload(&shallow).is_ok());
     }
 
     #[test]

@@ -265,12 +265,7 @@ fn render_framework_error<B>(
                 "Not found",
                 "no route matches this path",
             )),
-            StatusCode::METHOD_NOT_ALLOWED => Some(Problem::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method-not-allowed",
-                "Method not allowed",
-                "this route does not take this method",
-            )),
+            StatusCode::METHOD_NOT_ALLOWED => Some(Problem::method_not_allowed()),
             _ => None,
         },
         None => None,
@@ -288,6 +283,18 @@ fn render_framework_error<B>(
     Ok(ErrorHandlerResponse::Response(
         ServiceResponse::new(request, rendered).map_into_right_body(),
     ))
+}
+
+impl Problem {
+    /// A route that does not take the request's method.
+    pub fn method_not_allowed() -> Problem {
+        Problem::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "Method not allowed",
+            "this route does not take this method",
+        )
+    }
 }
 
 impl From<&Rejection> for Problem {

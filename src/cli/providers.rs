@@ -184,6 +184,9 @@ fn row(d: &Description) -> Row {
         (Some(Handshake::TwitchChallenge), _) => {
             "`webhook_callback_verification` → the raw challenge".to_owned()
         }
+        (Some(Handshake::BraintreeChallenge), _) => {
+            "`GET ?bt_challenge=` → `public key\\|HMAC`".to_owned()
+        }
         (None, Some(ack)) => format!("answers `{ack}`"),
         _ => "—".to_owned(),
     };

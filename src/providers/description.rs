@@ -295,4 +295,11 @@ pub enum Handshake {
     /// `Twitch-Eventsub-Message-Type: webhook_callback_verification`: answer
     /// the raw challenge as text.
     TwitchChallenge,
+    /// `GET ?bt_challenge=<hex>`, sent when a destination is created in
+    /// Braintree's Control Panel: answer `<key id>|<hex HMAC of the
+    /// challenge>` under the first secret. Unsigned, so it is answered only
+    /// for 20 to 32 hex digits, as Braintree's SDKs do: no such text is the
+    /// base64 of an XML notification, so the answer signs nothing a
+    /// delivery could carry.
+    BraintreeChallenge,
 }

@@ -143,6 +143,13 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
+    /// The answer to an unsigned `GET` a provider sends to check a new
+    /// destination (Braintree's `bt_challenge`), from its query string;
+    /// `None`: this provider sends none, and `GET` is refused.
+    fn challenge(&self, _query: &str) -> Option<HandshakeReply> {
+        None
+    }
+
     /// The deliveries the request carries, each with its key.
     fn deliveries(
         &self,

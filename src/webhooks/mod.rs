@@ -84,7 +84,35 @@ impl Webhooks {
     /// Registers `POST /webhooks/{endpoint}` on an actix app or scope.
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
         cfg.app_data(web::Data::new(self.clone()))
-            .route("/webhooks/{endpoint}", web::post().to(receive));
+            .route("/webhooks/{endpoint}", web::post().to(receive))
+            .route("/webhooks/{endpoint}", web::get().to(challenge));
+    }
+}
+
+/// `GET /webhooks/{endpoint}`: the unsigned check a provider sends when a
+/// destination is created (Braintree's `bt_challenge`). It claims nothing
+/// and stores nothing; an endpoint whose provider sends none answers 405,
+/// as a route without `GET` would.
+async fn challenge(
+    request: HttpRequest,
+    path: web::Path<String>,
+    webhooks: web::Data<Webhooks>,
+) -> HttpResponse {
+    let reply = webhooks
+        .endpoint(&path)
+        .and_then(|endpoint| endpoint.provider.challenge(request.query_string()));
+    match reply {
+        Some(reply) => HttpResponse::Ok()
+            .content_type(reply.content_type)
+            .body(reply.body),
+        None => {
+            let mut response = Problem::method_not_allowed().to_response();
+            response.headers_mut().insert(
+                actix_web::http::header::ALLOW,
+                actix_web::http::header::HeaderValue::from_static("POST"),
+            );
+            response
+        }
     }
 }
 

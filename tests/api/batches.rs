@@ -296,3 +296,39 @@ both_backends_with! { discord;
         assert_eq!(forged.status(), 401);
     }
 }
+
+both_backends_with! { fixtures;
+    async fn braintrees_destination_check_is_answered_and_other_gets_are_refused(app) {
+        let source = source("braintree");
+        let (public, private) = source.secret.split_once(':').unwrap();
+        let get = |endpoint: &str, query: &str| {
+            app.client
+                .get(format!("{}/webhooks/{endpoint}?{query}", app.address))
+                .send()
+        };
+        let answer = get("fx-braintree", "bt_challenge=20f9f8ed05f77439fe955c977e4c8a53")
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        use sha1::Digest;
+        let key = sha1::Sha1::digest(private.as_bytes());
+        let expected = hex::encode(providers::mac::sign(
+            providers::mac::Algorithm::Sha1,
+            &key,
+            &[b"20f9f8ed05f77439fe955c977e4c8a53"],
+        ));
+        assert_eq!(answer.text().await.unwrap(), format!("{public}|{expected}"));
+        // Not a challenge Braintree sends, or not a provider that sends one.
+        for (endpoint, query) in [
+            ("fx-braintree", "bt_challenge=PD94bWwgdmVyc2lvbj0iMS4wIj8-"),
+            ("fx-braintree", ""),
+            ("fx-stripe", "bt_challenge=20f9f8ed05f77439fe955c977e4c8a53"),
+        ] {
+            let refused = get(endpoint, query).await.unwrap();
+            assert_eq!(refused.status(), 405, "{endpoint} {query}");
+            assert_eq!(refused.headers()["allow"], "POST");
+            assert_eq!(refused.headers()["content-type"], "application/problem+json");
+        }
+        assert_eq!(app.count("deliveries").await, 0);
+    }
+}

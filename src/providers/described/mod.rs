@@ -442,6 +442,15 @@ impl Provider for Described {
         handshake::answer(kind, request, payload, key)
     }
 
+    fn challenge(&self, query: &str) -> Option<HandshakeReply> {
+        if self.handshake != Some(Handshake::BraintreeChallenge) {
+            return None;
+        }
+        let key = self.keys.first()?;
+        let signature = self.variants.first()?;
+        handshake::braintree_challenge(query, key.id.as_deref(), &key.key, signature.algorithm)
+    }
+
     fn deliveries(
         &self,
         request: &SignedRequest<'_>,

@@ -42,6 +42,7 @@ pub fn endpoint(data_dir: &Path, max_body: usize) -> Result<Option<EndpointSetti
         handlers: EndpointSettings::default_handlers(),
         max_body_bytes: max_body,
         retention: None,
+        queue: None,
     }))
 }
 

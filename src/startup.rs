@@ -7,7 +7,7 @@ use crate::duration_text::format_duration;
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
-use crate::maintenance::{PurgeTask, ReconcileTask, short_retentions};
+use crate::maintenance::{PurgeTask, QueueWorkers, ReconcileTask, short_retentions};
 use crate::payments;
 use crate::problem;
 use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
@@ -143,6 +143,7 @@ pub fn webhooks(
             handlers,
             max_body: endpoint.max_body_bytes,
             retention: endpoint.retention,
+            queue: endpoint.queue.clone(),
         });
     }
     Ok(Webhooks::new(engine, endpoints))
@@ -155,6 +156,8 @@ pub struct Application {
     store: Store,
     purge: Option<PurgeTask>,
     reconcile: Option<ReconcileTask>,
+    /// The queue workers' settings, started with the server.
+    queue: (Webhooks, usize, Duration),
     /// The admin surface's own server, when `admin_listen` is set.
     admin: Option<(Server, u16)>,
 }
@@ -210,6 +213,11 @@ impl Application {
             (_, admin) => (admin, None),
         };
         let reconcile = ReconcileTask::new(webhooks.clone(), settings.reconcile_interval);
+        let queue = (
+            webhooks.clone(),
+            settings.queue_workers,
+            settings.queue_poll,
+        );
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
@@ -298,6 +306,7 @@ impl Application {
             store,
             purge,
             reconcile,
+            queue,
             admin,
         })
     }
@@ -326,6 +335,8 @@ impl Application {
         // First the one that can fail to start, so that nothing is left
         // running when it does.
         let reconciler = self.reconcile.map(ReconcileTask::spawn).transpose()?;
+        let (webhooks, count, poll) = self.queue;
+        let workers = QueueWorkers::spawn(webhooks, count, poll)?;
         let purge = self.purge.map(PurgeTask::spawn);
         // The admin server lives as long as the main one, and no longer.
         let admin = self.admin.map(|(server, _)| {
@@ -338,6 +349,9 @@ impl Application {
         }
         if let Some(reconciler) = reconciler {
             reconciler.stop().await;
+        }
+        if let Some(workers) = workers {
+            workers.stop().await;
         }
         if let Some((task, handle)) = admin {
             handle.stop(true).await;

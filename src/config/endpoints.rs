@@ -1,7 +1,8 @@
 use super::error::{ConfigError, Source};
+use crate::engine::RetryPolicy;
 use crate::environment::Env;
 use crate::providers::{self, Description, ProviderConfigError, ProviderSpec};
-use crate::webhooks::EndpointSettings;
+use crate::webhooks::{EndpointSettings, QueueSettings};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +26,14 @@ pub(super) struct RawEndpoint {
     webhook_id: Option<String>,
     /// PayPal: the pinned signing certificate.
     certificate: Option<std::path::PathBuf>,
+    /// `inline` (the default) or `queued`.
+    mode: Option<String>,
+    max_attempts: Option<u32>,
+    max_age: Option<String>,
+    retry_backoff: Option<String>,
+    retry_backoff_max: Option<String>,
+    ordering_key: Option<String>,
+    event_time: Option<String>,
 }
 
 /// Every configured endpoint, its verifier built (so that a bad secret is
@@ -92,7 +101,9 @@ fn parse_one(
         };
         source.invalid(&key(field), e.to_string())
     })?;
+    let queue = queue_settings(endpoint, source, &key)?;
     Ok(EndpointSettings {
+        queue,
         name: name.to_owned(),
         provider: Arc::from(provider),
         tolerance,
@@ -103,4 +114,65 @@ fn parse_one(
         max_body_bytes: endpoint.max_body_bytes.unwrap_or(max_body),
         retention,
     })
+}
+
+/// `mode = "queued"` and its settings; the queue keys are refused on an
+/// inline endpoint, where they would silently do nothing.
+fn queue_settings(
+    endpoint: &RawEndpoint,
+    source: Source<'_>,
+    key: &dyn Fn(&str) -> String,
+) -> Result<Option<QueueSettings>, ConfigError> {
+    let queued = match endpoint.mode.as_deref() {
+        None | Some("inline") => false,
+        Some("queued") => true,
+        Some(_) => return Err(source.invalid(&key("mode"), "expected \"inline\" or \"queued\"")),
+    };
+    let queue_keys = [
+        ("max_attempts", endpoint.max_attempts.is_some()),
+        ("max_age", endpoint.max_age.is_some()),
+        ("retry_backoff", endpoint.retry_backoff.is_some()),
+        ("retry_backoff_max", endpoint.retry_backoff_max.is_some()),
+        ("ordering_key", endpoint.ordering_key.is_some()),
+        ("event_time", endpoint.event_time.is_some()),
+    ];
+    if !queued {
+        if let Some((name, _)) = queue_keys.iter().find(|(_, set)| *set) {
+            return Err(source.invalid(&key(name), "applies only with mode = \"queued\""));
+        }
+        return Ok(None);
+    }
+    let defaults = RetryPolicy::default();
+    let pointer = |name: &str, value: &Option<String>| match value {
+        Some(p) if !p.starts_with('/') => {
+            Err(source.invalid(&key(name), "must be a JSON pointer such as /data/object/id"))
+        }
+        other => Ok(other.clone()),
+    };
+    let max_attempts = endpoint.max_attempts.unwrap_or(defaults.max_attempts);
+    if max_attempts == 0 {
+        return Err(source.invalid(&key("max_attempts"), "must be at least 1"));
+    }
+    Ok(Some(QueueSettings {
+        policy: RetryPolicy {
+            max_attempts,
+            max_age: source.duration(
+                &key("max_age"),
+                endpoint.max_age.as_ref(),
+                defaults.max_age,
+            )?,
+            backoff: source.duration(
+                &key("retry_backoff"),
+                endpoint.retry_backoff.as_ref(),
+                defaults.backoff,
+            )?,
+            backoff_max: source.duration(
+                &key("retry_backoff_max"),
+                endpoint.retry_backoff_max.as_ref(),
+                defaults.backoff_max,
+            )?,
+        },
+        ordering_key: pointer("ordering_key", &endpoint.ordering_key)?,
+        event_time: pointer("event_time", &endpoint.event_time)?,
+    }))
 }

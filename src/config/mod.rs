@@ -35,6 +35,9 @@ use std::time::Duration;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "data";
+/// Queue workers per process, and their fallback poll.
+const DEFAULT_QUEUE_WORKERS: usize = 4;
+const DEFAULT_QUEUE_POLL: Duration = Duration::from_secs(5);
 const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(60);
 const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -68,6 +71,12 @@ pub struct Settings {
     pub forwarders: Vec<ForwarderSettings>,
     /// How often claims abandoned past their lease are reconciled ("0": never).
     pub reconcile_interval: Duration,
+    /// Queue workers per `serve` process, for the queued endpoints.
+    pub queue_workers: usize,
+    /// How long an idle worker waits before it looks for due jobs anyway
+    /// (a wake-up normally comes first: this process's own enqueue, or
+    /// PostgreSQL's `NOTIFY` from another instance).
+    pub queue_poll: Duration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
     pub purge: PurgeSettings,
@@ -102,6 +111,8 @@ struct RawSettings {
     #[serde(default)]
     forwarders: BTreeMap<String, forwarders::RawForwarder>,
     reconcile_interval: Option<String>,
+    queue_workers: Option<usize>,
+    queue_poll: Option<String>,
     shutdown_grace: Option<String>,
     admin_tokens: Option<Vec<String>>,
     admin_listen: Option<String>,
@@ -219,6 +230,12 @@ impl Settings {
                 "reconcile_interval",
                 raw.reconcile_interval.as_ref(),
                 DEFAULT_RECONCILE_INTERVAL,
+            )?,
+            queue_workers: raw.queue_workers.unwrap_or(DEFAULT_QUEUE_WORKERS),
+            queue_poll: source.duration(
+                "queue_poll",
+                raw.queue_poll.as_ref(),
+                DEFAULT_QUEUE_POLL,
             )?,
             source: file.to_owned(),
             listen,

@@ -12,10 +12,12 @@
 
 mod claim;
 mod outcome;
+mod queue;
 mod replay_tally;
 
 pub use claim::{Claim, Lease, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
+pub use queue::{Job, JobOutcome, RetryPolicy};
 
 use crate::store::{
     Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,

@@ -25,6 +25,11 @@ pub struct Event {
     /// The body exactly as received and verified.
     pub raw: bytes::Bytes,
     pub received_at: NaiveDateTime,
+    /// Queued endpoints with an ordering key: an event older than the newest
+    /// one already processed for its object. It is recorded and
+    /// acknowledged; handlers that apply state should skip it (the built-in
+    /// `payments` does).
+    pub stale: bool,
 }
 
 /// Business logic for verified deliveries.

@@ -13,6 +13,7 @@
 
 mod policy;
 mod purge;
+mod queue;
 mod reconcile;
 mod report;
 mod reprocess;
@@ -21,6 +22,7 @@ mod schedule;
 
 pub use policy::RetentionPolicy;
 pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge};
+pub use queue::{DrainReport, QueueWorkers, run_due};
 pub use reconcile::{ReconcileReport, ReconcileTask, Reconciler, reconcile};
 pub use report::{PurgeReport, ScopeCounts};
 pub use reprocess::{ReprocessError, reprocess};
@@ -42,5 +44,6 @@ fn event_of(endpoint: &Endpoint, row: &DeliveryRow, body: Vec<u8>) -> Option<Eve
         payload,
         raw: body.into(),
         received_at: row.received_at,
+        stale: false,
     })
 }

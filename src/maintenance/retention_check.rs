@@ -89,6 +89,7 @@ mod tests {
             handlers: EndpointSettings::default_handlers(),
             max_body_bytes: 1024,
             retention: None,
+            queue: None,
         }
     }
 

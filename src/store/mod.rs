@@ -11,6 +11,7 @@ mod listing;
 mod migrate;
 mod pool;
 mod prepared;
+pub mod queue;
 mod replay_cache;
 pub mod schema;
 

@@ -72,10 +72,46 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    ordering_versions (endpoint, ordering_key) {
+        endpoint -> Text,
+        ordering_key -> Text,
+        event_time -> Timestamp,
+    }
+}
+
+diesel::table! {
+    queue_jobs (endpoint, delivery_id) {
+        endpoint -> Text,
+        delivery_id -> Text,
+        state -> Text,
+        attempts -> Integer,
+        next_run_at -> Timestamp,
+        lease_owner -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        last_error -> Nullable<Text>,
+        ordering_key -> Nullable<Text>,
+        event_time -> Nullable<Timestamp>,
+        received_at -> Timestamp,
+        finished_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    queue_pauses (endpoint) {
+        endpoint -> Text,
+        paused_at -> Timestamp,
+        actor -> Nullable<Text>,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     deliveries,
     delivery_history,
     events,
     ledger_entries,
-    payments
+    ordering_versions,
+    payments,
+    queue_jobs,
+    queue_pauses,
 );

@@ -1,15 +1,17 @@
 //! `POST /webhooks/{endpoint}`: limit the body, verify the signature, take
 //! the provider's delivery id as the key, and hand the rest to the engine.
 
+mod enqueue;
 mod operation;
 mod settings;
 
 pub use crate::payload::{NUL_REPLACEMENT, parse_payload, replace_nul};
+pub use enqueue::{Enqueue, QueueSettings, event_time};
 pub use operation::RunHandlers;
 pub use settings::EndpointSettings;
 
 use crate::clock::SharedClock;
-use crate::engine::{ClaimRequest, Engine, EngineError, Outcome};
+use crate::engine::{ClaimRequest, Engine, EngineError, Operation, Outcome};
 use crate::handlers::{Event, Handler};
 use crate::log_text::escaped;
 use crate::problem::Problem;
@@ -38,6 +40,9 @@ pub struct Endpoint {
     /// This endpoint's own retention (`[endpoints.NAME] retention`); `None`:
     /// the engine's, which is the global one.
     pub retention: Option<Duration>,
+    /// `mode = "queued"`: acknowledge once the job is committed, run the
+    /// handlers on a worker. `None`: inline, in the request.
+    pub queue: Option<QueueSettings>,
 }
 
 /// The webhook face: the endpoints and the engine behind them. Mount it in an
@@ -49,6 +54,8 @@ pub struct Webhooks {
     /// The clock that signed timestamps are checked against: the store's,
     /// unless [`Webhooks::with_clock`] fixed another.
     clock: SharedClock,
+    /// Wakes this process's queue workers when a job was committed.
+    queue_wake: Arc<tokio::sync::Notify>,
 }
 
 impl Webhooks {
@@ -61,6 +68,7 @@ impl Webhooks {
             clock: engine.store().clock().clone(),
             engine,
             endpoints: Arc::new(endpoints),
+            queue_wake: Arc::default(),
         }
     }
 
@@ -79,6 +87,16 @@ impl Webhooks {
 
     pub fn endpoint(&self, name: &str) -> Option<&Arc<Endpoint>> {
         self.endpoints.get(name)
+    }
+
+    /// Every configured endpoint.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Arc<Endpoint>> {
+        self.endpoints.values()
+    }
+
+    /// What this process's queue workers wait on between jobs.
+    pub fn queue_wake(&self) -> &Arc<tokio::sync::Notify> {
+        &self.queue_wake
     }
 
     /// Registers `POST /webhooks/{endpoint}` on an actix app or scope.
@@ -284,16 +302,28 @@ async fn process_one(
     if let Some(outcome) = engine.answer_from_cache(&claim) {
         return Some((key, Ok(outcome)));
     }
-    let operation = RunHandlers::new(endpoint.clone(), event, engine.store().clock().clone());
+    let operation: Box<dyn Operation> = match &endpoint.queue {
+        Some(settings) => Box::new(Enqueue::new(event, settings.clone())),
+        None => Box::new(RunHandlers::new(
+            endpoint.clone(),
+            event,
+            engine.store().clock().clone(),
+        )),
+    };
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to
     // clean. The task carries the request's spans, so that the engine's
     // lines name the request and the delivery.
     let task = actix_web::rt::spawn(
-        async move { engine.process(&claim, &operation).await }.instrument(span),
+        async move { engine.process(&claim, operation.as_ref()).await }.instrument(span),
     );
     match task.await {
-        Ok(result) => Some((key, result)),
+        Ok(result) => {
+            if endpoint.queue.is_some() && matches!(result, Ok(Outcome::Fresh(_))) {
+                webhooks.queue_wake.notify_one();
+            }
+            Some((key, result))
+        }
         Err(error) => {
             tracing::error!(%error, "processing task panicked");
             None
@@ -468,6 +498,7 @@ fn verify(
                 payload: item_payload,
                 raw,
                 received_at,
+                stale: false,
             };
             Ok((claim, event))
         })

@@ -14,6 +14,8 @@ pub struct EndpointSettings {
     pub max_body_bytes: usize,
     /// This endpoint's own retention; `None`: the global `retention`.
     pub retention: Option<Duration>,
+    /// `mode = "queued"`; `None`: inline.
+    pub queue: Option<super::QueueSettings>,
 }
 
 impl EndpointSettings {

@@ -129,6 +129,8 @@ pub struct TestApp {
     /// The app's clock: it stands still until the test advances it, and
     /// every lease, retention, TTL and stored timestamp follows it.
     pub clock: ManualClock,
+    /// The app's endpoints and engine, for driving its queue by hand.
+    pub webhooks: idempotent_receiver::webhooks::Webhooks,
     server: actix_web::dev::ServerHandle,
     /// The server with its background tasks, which end when it stops.
     running: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
@@ -674,7 +676,7 @@ impl TestAppBuilder {
                 routes(cfg, idempotency.clone());
             }
         });
-        let app = Application::serve_with(&settings, webhooks, store.clone(), extra)
+        let app = Application::serve_with(&settings, webhooks.clone(), store.clone(), extra)
             .expect("the app builds");
         let port = app.port();
         let admin_port = app.admin_port().unwrap_or(port);
@@ -695,6 +697,7 @@ impl TestAppBuilder {
             client: reqwest::Client::new(),
             provider,
             clock,
+            webhooks,
             server,
             running: Some(running),
             isolation,

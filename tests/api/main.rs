@@ -33,6 +33,7 @@ mod provider_properties;
 mod provider_vectors;
 mod providers;
 mod purge;
+mod queue;
 mod replay_cache;
 mod sdk_interop;
 mod server_language;

@@ -92,6 +92,11 @@ impl Handler for Payments {
         event: &Event,
         conn: &mut DbConn,
     ) -> Result<Option<Value>, HandlerError> {
+        // A newer event for the same object was already applied: booking
+        // this one now would undo or double what followed it.
+        if event.stale {
+            return Ok(Some(json!({ "skipped": "stale" })));
+        }
         let Some(shape) = event
             .event_type
             .as_deref()

@@ -1,0 +1,3 @@
+DROP TABLE ordering_versions;
+DROP TABLE queue_pauses;
+DROP TABLE queue_jobs;

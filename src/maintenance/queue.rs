@@ -1,0 +1,267 @@
+//! The queue workers of every `serve` process: each takes a due job (see
+//! `engine::queue`), rebuilds the delivery's event from what was stored with
+//! its key, and runs the endpoint's handlers on it. Workers sleep until a
+//! job is committed: this process's own enqueue wakes them, and on
+//! PostgreSQL so does every other instance's, through `LISTEN/NOTIFY`. A
+//! slow poll (`queue_poll`) is only the fallback.
+
+use super::event_of;
+use crate::engine::{EngineError, Job, JobOutcome, Operation, OperationError, RetryPolicy};
+use crate::handlers::Event;
+use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
+use crate::store::queue::QUEUE_CHANNEL;
+use crate::store::{Claimed, DatabaseUrl, DbConn, StoredResponse};
+use crate::webhooks::{RunHandlers, Webhooks};
+use actix_web::http::StatusCode;
+use std::time::Duration;
+
+/// What one pass over the due jobs did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainReport {
+    pub done: usize,
+    pub retrying: usize,
+    pub dead: usize,
+    pub lease_lost: usize,
+}
+
+impl DrainReport {
+    pub fn ran(&self) -> usize {
+        self.done + self.retrying + self.dead + self.lease_lost
+    }
+}
+
+/// Runs due jobs one after another until none is due (or `limit` ran).
+/// Workers call it when woken; tests call it to drain under their clock.
+pub async fn run_due(webhooks: &Webhooks, limit: usize) -> Result<DrainReport, EngineError> {
+    let mut report = DrainReport::default();
+    while report.ran() < limit {
+        let Some(job) = webhooks.engine().take_job().await? else {
+            break;
+        };
+        match run_job(webhooks, job).await? {
+            JobOutcome::Done => report.done += 1,
+            JobOutcome::Retrying { .. } => report.retrying += 1,
+            JobOutcome::Dead { .. } => report.dead += 1,
+            JobOutcome::LeaseLost => report.lease_lost += 1,
+        }
+    }
+    Ok(report)
+}
+
+/// Runs one job's handlers. A job whose endpoint this process does not know,
+/// or whose body was not stored, is refused for good: retrying cannot help.
+async fn run_job(webhooks: &Webhooks, job: Job) -> Result<JobOutcome, EngineError> {
+    let taken = job.taken().clone();
+    let Some(endpoint) = webhooks.endpoint(&taken.endpoint).cloned() else {
+        let refusal = Refuse(format!(
+            "no endpoint named {:?} is configured here",
+            taken.endpoint
+        ));
+        return job.run(&refusal, &RetryPolicy::default()).await;
+    };
+    let policy = endpoint
+        .queue
+        .as_ref()
+        .map(|q| q.policy)
+        .unwrap_or_default();
+    let event = match stored_event(webhooks, &endpoint, &taken).await? {
+        Some(event) => event,
+        None => {
+            let refusal = Refuse("the delivery's body was not stored".to_owned());
+            return job.run(&refusal, &policy).await;
+        }
+    };
+    let operation = RunHandlers::new(endpoint, event, webhooks.engine().store().clock().clone());
+    job.run(&operation, &policy).await
+}
+
+/// The event the key was claimed with, told whether it is stale: older than
+/// the newest event already processed for its ordering key.
+async fn stored_event(
+    webhooks: &Webhooks,
+    endpoint: &crate::webhooks::Endpoint,
+    taken: &crate::store::queue::TakenJob,
+) -> Result<Option<Event>, EngineError> {
+    let mut conn = webhooks.engine().store().conn().await?;
+    let Some(row) = conn
+        .find_delivery(&taken.endpoint, &taken.delivery_id)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Some(body) = conn
+        .request_body(&taken.endpoint, &taken.delivery_id)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Some(mut event) = event_of(endpoint, &row, body) else {
+        return Ok(None);
+    };
+    if let (Some(key), Some(time)) = (&taken.ordering_key, taken.event_time) {
+        let newest = conn.newest_event_time(&taken.endpoint, key).await?;
+        event.stale = newest.is_some_and(|newest| time < newest);
+    }
+    Ok(Some(event))
+}
+
+/// An operation that refuses the job, for jobs that cannot run here.
+struct Refuse(String);
+
+#[async_trait::async_trait(?Send)]
+impl Operation for Refuse {
+    fn has_external_effects(&self) -> bool {
+        false
+    }
+
+    async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
+        Ok(())
+    }
+
+    async fn run(
+        &self,
+        _conn: &mut DbConn,
+        _claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError> {
+        let problem = Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "event-rejected",
+            "Event rejected",
+            self.0.clone(),
+        );
+        Err(OperationError::Rejected(StoredResponse {
+            status: problem.status,
+            content_type: CONTENT_TYPE_PROBLEM.into(),
+            body: problem.body().into(),
+            location: None,
+        }))
+    }
+}
+
+/// The running workers of this process.
+pub struct QueueWorkers {
+    stop: tokio::sync::watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl QueueWorkers {
+    /// Starts `count` workers, each on a thread of its own driven by the
+    /// caller's runtime (as the reconciler is: handlers' futures are not
+    /// `Send`), and on PostgreSQL one listener for other instances' jobs.
+    /// `None` when no endpoint is queued.
+    pub fn spawn(
+        webhooks: Webhooks,
+        count: usize,
+        poll: Duration,
+    ) -> std::io::Result<Option<QueueWorkers>> {
+        if count == 0 || !webhooks.endpoints().any(|e| e.queue.is_some()) {
+            return Ok(None);
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let listener = match webhooks.engine().store().url() {
+            DatabaseUrl::Postgres(url) => {
+                Some(runtime.spawn(listen(url.clone(), webhooks.clone(), stopped.clone())))
+            }
+            DatabaseUrl::Sqlite(_) => None,
+        };
+        let threads = (0..count)
+            .map(|n| {
+                let (webhooks, stopped, runtime) =
+                    (webhooks.clone(), stopped.clone(), runtime.clone());
+                std::thread::Builder::new()
+                    .name(format!("queue-worker-{n}"))
+                    .spawn(move || runtime.block_on(work(webhooks, poll, stopped)))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        tracing::info!(workers = count, "queue workers started");
+        Ok(Some(QueueWorkers {
+            stop,
+            threads,
+            listener,
+        }))
+    }
+
+    /// Stops the workers after the job each is running, and waits for them.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some(listener) = self.listener {
+            listener.abort();
+        }
+        for thread in self.threads {
+            if tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .is_err()
+            {
+                tracing::warn!("a queue worker's thread could not be joined");
+            }
+        }
+    }
+}
+
+async fn work(webhooks: Webhooks, poll: Duration, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let wake = webhooks.queue_wake().clone();
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        match run_due(&webhooks, 16).await {
+            // More may be due: look again before sleeping.
+            Ok(report) if report.ran() == 16 => continue,
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "queue worker could not take a job"),
+        }
+        tokio::select! {
+            biased;
+            _ = stopped.changed() => return,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Wakes this process's workers whenever any instance commits a job. A
+/// lost connection is re-established; meanwhile the poll covers.
+async fn listen(url: String, webhooks: Webhooks, mut stopped: tokio::sync::watch::Receiver<bool>) {
+    use diesel_async::{AsyncConnection, RunQueryDsl};
+    use futures_util::StreamExt;
+    loop {
+        let connected = async {
+            let mut conn = diesel_async::AsyncPgConnection::establish(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            diesel::sql_query(format!("LISTEN {QUEUE_CHANNEL}"))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(conn)
+        };
+        let mut conn = match connected.await {
+            Ok(conn) => conn,
+            Err(error) => {
+                // The URL is not in the message: connection errors name the
+                // host, never the password.
+                tracing::warn!(error = %crate::log_text::escaped(&error), "queue listener could not connect; relying on the poll");
+                tokio::select! {
+                    _ = stopped.changed() => return,
+                    () = tokio::time::sleep(Duration::from_secs(5)) => continue,
+                }
+            }
+        };
+        let mut notifications = std::pin::pin!(conn.notifications_stream());
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => return,
+                next = notifications.next() => match next {
+                    Some(Ok(_)) => webhooks.queue_wake().notify_one(),
+                    Some(Err(error)) => {
+                        tracing::warn!(%error, "queue listener lost its connection");
+                        break;
+                    }
+                    None => break,
+                },
+            }
+        }
+    }
+}

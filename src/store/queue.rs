@@ -1,0 +1,491 @@
+//! `queue_jobs`, `queue_pauses` and `ordering_versions`: the durable inbox
+//! of queued endpoints. A job is written in the transaction that claims and
+//! completes its key (so a delivery is acknowledged only once its job is
+//! committed); workers take due jobs under a lease, and every change of a
+//! job after that is fenced by the lease it holds.
+
+use super::schema::{ordering_versions, queue_jobs, queue_pauses};
+use super::{Backend, DbConn, StoreError};
+use crate::with_conn;
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel::sql_types::{Integer, Nullable, Text, Timestamp};
+use diesel_async::RunQueryDsl;
+
+pub const QUEUED: &str = "queued";
+pub const RUNNING: &str = "running";
+pub const RETRYING: &str = "retrying";
+pub const DONE: &str = "done";
+pub const DEAD: &str = "dead";
+pub const CANCELLED: &str = "cancelled";
+
+/// The PostgreSQL channel workers `LISTEN` on.
+pub const QUEUE_CHANNEL: &str = "idempotent_receiver_queue";
+
+/// A job to enqueue with its key.
+#[derive(Debug, Clone)]
+pub struct NewJob<'a> {
+    pub endpoint: &'a str,
+    pub delivery_id: &'a str,
+    pub ordering_key: Option<&'a str>,
+    pub event_time: Option<NaiveDateTime>,
+    pub received_at: NaiveDateTime,
+}
+
+/// A job a worker took: its lease is `owner`'s until it ends it.
+#[derive(QueryableByName, Debug, Clone, PartialEq, Eq)]
+pub struct TakenJob {
+    #[diesel(sql_type = Text)]
+    pub endpoint: String,
+    #[diesel(sql_type = Text)]
+    pub delivery_id: String,
+    /// This attempt's number, from 1.
+    #[diesel(sql_type = Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = Timestamp)]
+    pub received_at: NaiveDateTime,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub ordering_key: Option<String>,
+    #[diesel(sql_type = Nullable<Timestamp>)]
+    pub event_time: Option<NaiveDateTime>,
+}
+
+/// A job as operators see it.
+#[derive(Queryable, Selectable, Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[diesel(table_name = queue_jobs)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub struct JobRow {
+    pub endpoint: String,
+    pub delivery_id: String,
+    pub state: String,
+    pub attempts: i32,
+    pub next_run_at: NaiveDateTime,
+    #[serde(skip)]
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<NaiveDateTime>,
+    pub last_error: Option<String>,
+    pub ordering_key: Option<String>,
+    pub event_time: Option<NaiveDateTime>,
+    pub received_at: NaiveDateTime,
+    pub finished_at: Option<NaiveDateTime>,
+}
+
+/// Which jobs an operator's list, retry or cancel applies to.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub endpoint: Option<String>,
+    /// `None`: the unfinished states (queued, running, retrying, dead).
+    pub states: Option<Vec<String>>,
+    pub event_type: Option<String>,
+    pub received_after: Option<NaiveDateTime>,
+    pub received_before: Option<NaiveDateTime>,
+}
+
+/// Due jobs, oldest first, skipping paused endpoints and any job whose
+/// ordering key has an earlier unfinished job or one running now. On
+/// PostgreSQL rows other workers hold are skipped (`SKIP LOCKED`); SQLite
+/// has one writer at a time, so its UPDATE alone is atomic.
+const TAKE_DUE: &str = "UPDATE queue_jobs SET state = 'running', lease_owner = {1}, lease_expires_at = {2}, attempts = attempts + 1 \
+WHERE (endpoint, delivery_id) IN (\
+ SELECT j.endpoint, j.delivery_id FROM queue_jobs j \
+ WHERE ((j.state IN ('queued', 'retrying') AND j.next_run_at <= {3}) OR (j.state = 'running' AND j.lease_expires_at < {3})) \
+ AND NOT EXISTS (SELECT 1 FROM queue_pauses p WHERE p.endpoint = j.endpoint) \
+ AND (j.ordering_key IS NULL OR NOT EXISTS (\
+  SELECT 1 FROM queue_jobs o WHERE o.endpoint = j.endpoint AND o.ordering_key = j.ordering_key AND o.delivery_id <> j.delivery_id \
+  AND ((o.state = 'running' AND o.lease_expires_at >= {3}) \
+   OR (o.state IN ('queued', 'retrying', 'running') AND (COALESCE(o.event_time, o.received_at), o.received_at, o.delivery_id) < (COALESCE(j.event_time, j.received_at), j.received_at, j.delivery_id))))) \
+ ORDER BY j.next_run_at, j.received_at LIMIT 1{lock}) \
+RETURNING endpoint, delivery_id, attempts, received_at, ordering_key, event_time";
+
+fn take_due_sql(backend: Backend) -> String {
+    let (placeholder, lock): (fn(usize) -> String, &str) = match backend {
+        Backend::Postgres => (|n| format!("${n}"), " FOR UPDATE SKIP LOCKED"),
+        Backend::Sqlite => (|n| format!("?{n}"), ""),
+    };
+    TAKE_DUE
+        .replace("{1}", &placeholder(1))
+        .replace("{2}", &placeholder(2))
+        .replace("{3}", &placeholder(3))
+        .replace("{lock}", lock)
+}
+
+impl DbConn {
+    fn backend(&self) -> Backend {
+        match self {
+            DbConn::Sqlite(_) => Backend::Sqlite,
+            DbConn::Pg(_) => Backend::Postgres,
+        }
+    }
+
+    /// Writes a job, due at once. A job for the key already there (an
+    /// expired key claimed again) is queued afresh.
+    pub async fn enqueue(&mut self, job: &NewJob<'_>) -> Result<(), StoreError> {
+        let row = (
+            queue_jobs::endpoint.eq(job.endpoint),
+            queue_jobs::delivery_id.eq(job.delivery_id),
+            queue_jobs::state.eq(QUEUED),
+            queue_jobs::attempts.eq(0),
+            queue_jobs::next_run_at.eq(job.received_at),
+            queue_jobs::ordering_key.eq(job.ordering_key),
+            queue_jobs::event_time.eq(job.event_time),
+            queue_jobs::received_at.eq(job.received_at),
+        );
+        let reset = (
+            queue_jobs::state.eq(QUEUED),
+            queue_jobs::attempts.eq(0),
+            queue_jobs::next_run_at.eq(job.received_at),
+            queue_jobs::lease_owner.eq(None::<String>),
+            queue_jobs::lease_expires_at.eq(None::<NaiveDateTime>),
+            queue_jobs::last_error.eq(None::<String>),
+            queue_jobs::finished_at.eq(None::<NaiveDateTime>),
+            queue_jobs::received_at.eq(job.received_at),
+        );
+        with_conn!(self, |c| {
+            diesel::insert_into(queue_jobs::table)
+                .values(row)
+                .on_conflict((queue_jobs::endpoint, queue_jobs::delivery_id))
+                .do_update()
+                .set(reset)
+                .execute(c)
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// Tells every instance's workers that a job is due: `NOTIFY` on
+    /// PostgreSQL, delivered when the transaction commits; nothing on SQLite,
+    /// whose one process wakes its own workers.
+    pub async fn notify_queue(&mut self) -> Result<(), StoreError> {
+        if let DbConn::Pg(c) = self {
+            let c: &mut super::PgConn = c;
+            diesel::sql_query(format!("NOTIFY {QUEUE_CHANNEL}"))
+                .execute(c)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Takes the next due job under `owner`'s lease until `until`.
+    pub async fn take_due(
+        &mut self,
+        owner: &str,
+        until: NaiveDateTime,
+        now: NaiveDateTime,
+    ) -> Result<Option<TakenJob>, StoreError> {
+        let sql = take_due_sql(self.backend());
+        Ok(with_conn!(self, |c| {
+            diesel::sql_query(sql.as_str())
+                .bind::<Text, _>(owner)
+                .bind::<Timestamp, _>(until)
+                .bind::<Timestamp, _>(now)
+                .get_result::<TakenJob>(c)
+                .await
+                .optional()
+        })?)
+    }
+
+    /// Ends `owner`'s attempt in `state`; `false` when the lease is no
+    /// longer `owner`'s (it expired and another worker took the job).
+    pub async fn end_job(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        owner: &str,
+        end: &JobEnd<'_>,
+    ) -> Result<bool, StoreError> {
+        let changes = (
+            queue_jobs::state.eq(end.state),
+            queue_jobs::next_run_at.eq(end.next_run_at),
+            queue_jobs::last_error.eq(end.error),
+            queue_jobs::finished_at.eq(end.finished_at),
+            queue_jobs::lease_owner.eq(None::<String>),
+            queue_jobs::lease_expires_at.eq(None::<NaiveDateTime>),
+        );
+        let updated = with_conn!(self, |c| {
+            diesel::update(queue_jobs::table)
+                .filter(queue_jobs::endpoint.eq(endpoint))
+                .filter(queue_jobs::delivery_id.eq(delivery_id))
+                .filter(queue_jobs::lease_owner.eq(owner))
+                .set(changes)
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Extends `owner`'s lease; `false` when it is no longer theirs.
+    pub async fn renew_job(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        owner: &str,
+        until: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let updated = with_conn!(self, |c| {
+            diesel::update(queue_jobs::table)
+                .filter(queue_jobs::endpoint.eq(endpoint))
+                .filter(queue_jobs::delivery_id.eq(delivery_id))
+                .filter(queue_jobs::lease_owner.eq(owner))
+                .set(queue_jobs::lease_expires_at.eq(until))
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// One job, if it exists.
+    pub async fn job(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+    ) -> Result<Option<JobRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            queue_jobs::table
+                .filter(queue_jobs::endpoint.eq(endpoint))
+                .filter(queue_jobs::delivery_id.eq(delivery_id))
+                .select(JobRow::as_select())
+                .first(c)
+                .await
+                .optional()
+        })?)
+    }
+
+    /// The jobs `filter` selects, newest first, at most `limit`.
+    pub async fn jobs(
+        &mut self,
+        filter: &JobFilter,
+        limit: i64,
+    ) -> Result<Vec<JobRow>, StoreError> {
+        let keys = self.matching_jobs(filter).await?;
+        let mut rows = Vec::new();
+        for (endpoint, delivery_id) in keys.into_iter().take(limit.max(0) as usize) {
+            if let Some(row) = self.job(&endpoint, &delivery_id).await? {
+                rows.push(row);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The keys of the jobs `filter` selects, newest first.
+    pub async fn matching_jobs(
+        &mut self,
+        filter: &JobFilter,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        use super::schema::deliveries;
+        let unfinished = [QUEUED, RUNNING, RETRYING, DEAD]
+            .map(str::to_owned)
+            .to_vec();
+        let states = filter.states.clone().unwrap_or(unfinished);
+        Ok(with_conn!(self, |c| {
+            let mut query = queue_jobs::table
+                .inner_join(
+                    deliveries::table.on(deliveries::endpoint
+                        .eq(queue_jobs::endpoint)
+                        .and(deliveries::delivery_id.eq(queue_jobs::delivery_id))),
+                )
+                .filter(queue_jobs::state.eq_any(states))
+                .select((queue_jobs::endpoint, queue_jobs::delivery_id))
+                .order((
+                    queue_jobs::received_at.desc(),
+                    queue_jobs::delivery_id.desc(),
+                ))
+                .into_boxed();
+            if let Some(endpoint) = &filter.endpoint {
+                query = query.filter(queue_jobs::endpoint.eq(endpoint.clone()));
+            }
+            if let Some(event_type) = &filter.event_type {
+                query = query.filter(deliveries::event_type.eq(event_type.clone()));
+            }
+            if let Some(after) = filter.received_after {
+                query = query.filter(queue_jobs::received_at.ge(after));
+            }
+            if let Some(before) = filter.received_before {
+                query = query.filter(queue_jobs::received_at.lt(before));
+            }
+            query.load::<(String, String)>(c).await
+        })?)
+    }
+
+    /// Makes a job not running now due at `now` with its attempts counted
+    /// afresh (an operator's retry); `false` when it is running or done.
+    pub async fn requeue_job(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let changes = (
+            queue_jobs::state.eq(QUEUED),
+            queue_jobs::attempts.eq(0),
+            queue_jobs::next_run_at.eq(now),
+            queue_jobs::finished_at.eq(None::<NaiveDateTime>),
+        );
+        let updated = with_conn!(self, |c| {
+            diesel::update(queue_jobs::table)
+                .filter(queue_jobs::endpoint.eq(endpoint))
+                .filter(queue_jobs::delivery_id.eq(delivery_id))
+                .filter(queue_jobs::state.eq_any([QUEUED, RETRYING, DEAD, CANCELLED]))
+                .set(changes)
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Cancels a job that is not running or finished; `false` otherwise.
+    pub async fn cancel_job(
+        &mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        now: NaiveDateTime,
+    ) -> Result<bool, StoreError> {
+        let changes = (
+            queue_jobs::state.eq(CANCELLED),
+            queue_jobs::finished_at.eq(now),
+        );
+        let updated = with_conn!(self, |c| {
+            diesel::update(queue_jobs::table)
+                .filter(queue_jobs::endpoint.eq(endpoint))
+                .filter(queue_jobs::delivery_id.eq(delivery_id))
+                .filter(queue_jobs::state.eq_any([QUEUED, RETRYING, DEAD]))
+                .set(changes)
+                .execute(c)
+                .await
+        })?;
+        Ok(updated == 1)
+    }
+
+    /// Pauses an endpoint's processing (idempotent).
+    pub async fn pause(
+        &mut self,
+        endpoint: &str,
+        actor: &str,
+        now: NaiveDateTime,
+    ) -> Result<(), StoreError> {
+        let row = (
+            queue_pauses::endpoint.eq(endpoint),
+            queue_pauses::paused_at.eq(now),
+            queue_pauses::actor.eq(actor),
+        );
+        with_conn!(self, |c| {
+            diesel::insert_into(queue_pauses::table)
+                .values(row)
+                .on_conflict_do_nothing()
+                .execute(c)
+                .await
+        })?;
+        Ok(())
+    }
+
+    /// Resumes an endpoint's processing; `false` when it was not paused.
+    pub async fn resume(&mut self, endpoint: &str) -> Result<bool, StoreError> {
+        let deleted = with_conn!(self, |c| {
+            diesel::delete(queue_pauses::table.filter(queue_pauses::endpoint.eq(endpoint)))
+                .execute(c)
+                .await
+        })?;
+        Ok(deleted == 1)
+    }
+
+    /// The paused endpoints.
+    pub async fn paused(&mut self) -> Result<Vec<String>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            queue_pauses::table
+                .select(queue_pauses::endpoint)
+                .order(queue_pauses::endpoint)
+                .load(c)
+                .await
+        })?)
+    }
+
+    /// How many jobs each endpoint has in each state.
+    pub async fn queue_depth(&mut self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            queue_jobs::table
+                .group_by((queue_jobs::endpoint, queue_jobs::state))
+                .select((
+                    queue_jobs::endpoint,
+                    queue_jobs::state,
+                    diesel::dsl::count_star(),
+                ))
+                .load(c)
+                .await
+        })?)
+    }
+
+    /// When the oldest unfinished job of each endpoint was received.
+    pub async fn oldest_waiting(
+        &mut self,
+    ) -> Result<Vec<(String, Option<NaiveDateTime>)>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            queue_jobs::table
+                .filter(queue_jobs::state.eq_any([QUEUED, RETRYING, RUNNING]))
+                .group_by(queue_jobs::endpoint)
+                .select((
+                    queue_jobs::endpoint,
+                    diesel::dsl::min(queue_jobs::received_at),
+                ))
+                .load(c)
+                .await
+        })?)
+    }
+
+    /// The newest event time processed for `key`.
+    pub async fn newest_event_time(
+        &mut self,
+        endpoint: &str,
+        key: &str,
+    ) -> Result<Option<NaiveDateTime>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            ordering_versions::table
+                .filter(ordering_versions::endpoint.eq(endpoint))
+                .filter(ordering_versions::ordering_key.eq(key))
+                .select(ordering_versions::event_time)
+                .first(c)
+                .await
+                .optional()
+        })?)
+    }
+
+    /// Records `time` as processed for `key`, if it is the newest.
+    pub async fn record_event_time(
+        &mut self,
+        endpoint: &str,
+        key: &str,
+        time: NaiveDateTime,
+    ) -> Result<(), StoreError> {
+        let row = (
+            ordering_versions::endpoint.eq(endpoint),
+            ordering_versions::ordering_key.eq(key),
+            ordering_versions::event_time.eq(time),
+        );
+        // The insert, or else an update that only ever moves forward:
+        // one statement each, written the same on both backends.
+        with_conn!(self, |c| {
+            diesel::insert_into(ordering_versions::table)
+                .values(row)
+                .on_conflict_do_nothing()
+                .execute(c)
+                .await
+        })?;
+        with_conn!(self, |c| {
+            diesel::update(ordering_versions::table)
+                .filter(ordering_versions::endpoint.eq(endpoint))
+                .filter(ordering_versions::ordering_key.eq(key))
+                .filter(ordering_versions::event_time.lt(time))
+                .set(ordering_versions::event_time.eq(time))
+                .execute(c)
+                .await
+        })?;
+        Ok(())
+    }
+}
+
+/// How an attempt ends.
+#[derive(Debug, Clone, Copy)]
+pub struct JobEnd<'a> {
+    pub state: &'a str,
+    pub next_run_at: NaiveDateTime,
+    pub error: Option<&'a str>,
+    pub finished_at: Option<NaiveDateTime>,
+}

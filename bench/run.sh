@@ -8,12 +8,16 @@
 #   bench/run.sh                       # defaults below
 #   DURATION=20 CONCURRENCY=32 bench/run.sh
 #   GROWTH_ROWS=5000000 bench/run.sh   # also: fresh with 5 M completed rows loaded
+#   QUEUE=only bench/run.sh            # only the queued-mode section
 #
 # Environment: PG (base URL, default postgres://root@127.0.0.1:5432),
 # DURATION (s, default 10), CONCURRENCY (default 16), STORM_COPIES (64),
 # REPLAY_KEYS (2000), GROWTH_ROWS (0 = skip), SQLITE (1 = run it), ROUNDS
 # (3: pgbench and the receiver alternate this many fresh runs), WORKERS (the
-# receiver's `workers`; default: its own default, one per core), and
+# receiver's `workers`; default: its own default, one per core), QUEUE (1 =
+# also the queued-mode section, 0 = not, only = nothing else), QUEUE_WORKERS
+# (the draining processes' `queue_workers`; default: the receiver's own),
+# DRAIN_PROCESSES (the larger drain's process count, default 3), and
 # CARGO_TARGET_DIR as cargo reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +31,9 @@ GROWTH_ROWS=${GROWTH_ROWS:-0}
 SQLITE=${SQLITE:-1}
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-}
+QUEUE=${QUEUE:-1}
+QUEUE_WORKERS=${QUEUE_WORKERS:-}
+DRAIN_PROCESSES=${DRAIN_PROCESSES:-3}
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 TARGET=${CARGO_TARGET_DIR:-target}
 
@@ -40,10 +47,13 @@ DB=ir_bench_$$
 URL=$PG/$DB
 WORK=$(mktemp -d)
 SERVER_PID=
+DRAIN_PIDS=()
 RESULTS=$WORK/results
+QUEUE_RESULTS=$WORK/queue-results
 
 cleanup() {
   stop_server
+  stop_drainers
   psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
@@ -84,16 +94,26 @@ row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@" >>"$RESULTS"; }
 
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
-start_server() { # database_url port
-  cat >"$WORK/receiver.toml" <<EOF
+# The receiver's configuration. SERVER_TOP (top-level keys) and
+# SERVER_ENDPOINTS (more endpoint tables) are empty except in the queued
+# section.
+SERVER_TOP= SERVER_ENDPOINTS=
+write_config() { # file
+  cat >"$1" <<EOF
 pool_size = $CONCURRENCY
 ${WORKERS:+workers = $WORKERS}
+$SERVER_TOP
 purge_interval = "0"
 reconcile_interval = "0"
 [endpoints.bench]
 provider = "standard-webhooks"
 secrets = ["$SECRET"]
+$SERVER_ENDPOINTS
 EOF
+}
+
+start_server() { # database_url port
+  write_config "$WORK/receiver.toml"
   IR_LISTEN=127.0.0.1:$2 DATABASE_URL=$1 IR_DATA_DIR=$WORK/data RUST_LOG=warn \
     "$BIN" --config "$WORK/receiver.toml" serve 2>>"$WORK/server.log" &
   SERVER_PID=$!
@@ -116,16 +136,17 @@ stop_server() {
   SERVER_PID=
 }
 
-loadgen() { # label database_url port scenario extra-args...
+# LG_ENDPOINT: the endpoint to post to (default bench).
+loadgen() { # label database_url (empty: no effect check) port scenario extra-args...
   local label=$1 url=$2 port=$3 scenario=$4
   shift 4
   settle
   say "loadgen $label"
   cpu_begin
-  /usr/bin/time -o "$WORK/time.$label" -f '%U %S' "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint bench --secret "$SECRET" \
+  /usr/bin/time -o "$WORK/time.$label" -f '%U %S' "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint "${LG_ENDPOINT:-bench}" --secret "$SECRET" \
     --scenario "$scenario" --duration "$DURATION" --requests 100000000 \
     --replay-keys "$REPLAY_KEYS" --storm-copies "$STORM_COPIES" \
-    --database-url "$url" --label "$label" "$@" | tee -a "$WORK/loadgen.txt" >&2
+    ${url:+--database-url "$url"} --label "$label" "$@" | tee -a "$WORK/loadgen.txt" >&2
   cpu_end "receiver $label (loadgen)" "$WORK/time.$label"
   grep "^RESULT label=$label " "$WORK/loadgen.txt" | tail -n 1
 }
@@ -145,13 +166,18 @@ record() { # backend label result-line [pgbench-tps]
 say "machine: $(nproc) cores; $(uptime)"
 : >"$RESULTS"
 : >"$CPU"
+: >"$QUEUE_RESULTS"
 command -v /usr/bin/time >/dev/null || { echo "bench/run.sh needs /usr/bin/time (Debian: apt-get install time)" >&2; exit 1; }
 psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "CREATE DATABASE $DB" >/dev/null
 DATABASE_URL=$URL "$BIN" migrate >/dev/null
 
-# --- pgbench: the same SQL, the same concurrency, durable commits ---------
-say "pgbench: replay keys"
-psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+port=$(( 20000 + $$ % 20000 ))
+
+if [ "$QUEUE" != only ]; then
+  # --- pgbench: the same SQL, the same concurrency, durable commits ---------
+  say "pgbench: replay keys"
+  psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
   response_content_type, response_body, attempts, received_at, completed_at)
 SELECT 'bench', 'pgr-' || n, md5(n::text) || md5(n::text), 'completed', 'payment.succeeded', 200,
@@ -159,47 +185,46 @@ SELECT 'bench', 'pgr-' || n, md5(n::text) || md5(n::text), 'completed', 'payment
 FROM generate_series(1, $REPLAY_KEYS) AS n;
 VACUUM ANALYZE deliveries;
 EOF
-port=$(( 20000 + $$ % 20000 ))
-start_server "$URL" "$port"
+  start_server "$URL" "$port"
 
-# --- fresh: pgbench and the receiver take turns, ROUNDS times -------------
-# This machine's throughput drifts by a quarter between runs a minute apart;
-# alternating the two and taking the median ratio keeps that drift out of
-# the comparison. pgbench runs while the receiver is up and idle.
-ratios=() pg_all=() rx_all=()
-for round in $(seq 1 "$ROUNDS"); do
-  say "round $round/$ROUNDS: pgbench fresh ($CONCURRENCY clients, ${DURATION}s)"
+  # --- fresh: pgbench and the receiver take turns, ROUNDS times -------------
+  # This machine's throughput drifts by a quarter between runs a minute apart;
+  # alternating the two and taking the median ratio keeps that drift out of
+  # the comparison. pgbench runs while the receiver is up and idle.
+  ratios=() pg_all=() rx_all=()
+  for round in $(seq 1 "$ROUNDS"); do
+    say "round $round/$ROUNDS: pgbench fresh ($CONCURRENCY clients, ${DURATION}s)"
+    settle
+    cpu_begin
+    tps=$(/usr/bin/time -o "$WORK/time.pgbench-fresh" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/fresh.sql "$URL" 2>&1 | tee "$WORK/pgbench-fresh.txt" | pgbench_tps)
+    cpu_end "pgbench fresh, round $round" "$WORK/time.pgbench-fresh"
+    row postgres "pgbench fresh transaction (tps), round $round" "$tps" "—" "—" ""
+    r=$(loadgen "pg-fresh-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
+    record postgres "receiver fresh, round $round" "$r" "$tps"
+    rps=$(echo "$r" | field rps)
+    pg_all+=("$tps") rx_all+=("$rps")
+    ratios+=("$(awk -v a="$rps" -v b="$tps" 'BEGIN { printf "%.3f", a / b }')")
+  done
+  pg_fresh=$(median "${pg_all[@]}")
+  fresh_empty=$(median "${rx_all[@]}")
+  row postgres "**fresh, median of $ROUNDS rounds** (pgbench tps / receiver req/s)" "$pg_fresh / $fresh_empty" "$(printf '%.2f' "$(median "${ratios[@]}")")" "—" "ratios: ${ratios[*]}"
+
+  # --- replay: the primary-key read, then the receiver ----------------------
+  say "pgbench replay ($CONCURRENCY clients, ${DURATION}s)"
   settle
   cpu_begin
-  tps=$(/usr/bin/time -o "$WORK/time.pgbench-fresh" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/fresh.sql "$URL" 2>&1 | tee "$WORK/pgbench-fresh.txt" | pgbench_tps)
-  cpu_end "pgbench fresh, round $round" "$WORK/time.pgbench-fresh"
-  row postgres "pgbench fresh transaction (tps), round $round" "$tps" "—" "—" ""
-  r=$(loadgen "pg-fresh-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
-  record postgres "receiver fresh, round $round" "$r" "$tps"
-  rps=$(echo "$r" | field rps)
-  pg_all+=("$tps") rx_all+=("$rps")
-  ratios+=("$(awk -v a="$rps" -v b="$tps" 'BEGIN { printf "%.3f", a / b }')")
-done
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-pg_fresh=$(median "${pg_all[@]}")
-fresh_empty=$(median "${rx_all[@]}")
-row postgres "**fresh, median of $ROUNDS rounds** (pgbench tps / receiver req/s)" "$pg_fresh / $fresh_empty" "$(printf '%.2f' "$(median "${ratios[@]}")")" "—" "ratios: ${ratios[*]}"
-
-# --- replay: the primary-key read, then the receiver ----------------------
-say "pgbench replay ($CONCURRENCY clients, ${DURATION}s)"
-settle
-cpu_begin
-pg_replay=$(/usr/bin/time -o "$WORK/time.pgbench-replay" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D keys="$REPLAY_KEYS" -f bench/replay.sql "$URL" 2>&1 | tee "$WORK/pgbench-replay.txt" | pgbench_tps)
-cpu_end "pgbench replay" "$WORK/time.pgbench-replay"
-row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
-r=$(loadgen pg-replay "$URL" "$port" replay --concurrency "$CONCURRENCY"); record postgres "receiver replay" "$r" "$pg_replay"
-r=$(loadgen pg-storm "$URL" "$port" storm --concurrency "$STORM_COPIES"); record postgres "receiver storm ×$STORM_COPIES" "$r"
-r=$(loadgen pg-mixed "$URL" "$port" mixed --concurrency "$CONCURRENCY"); record postgres "receiver mixed 70/25/5" "$r"
-row postgres "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" ""
-stop_server
+  pg_replay=$(/usr/bin/time -o "$WORK/time.pgbench-replay" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D keys="$REPLAY_KEYS" -f bench/replay.sql "$URL" 2>&1 | tee "$WORK/pgbench-replay.txt" | pgbench_tps)
+  cpu_end "pgbench replay" "$WORK/time.pgbench-replay"
+  row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
+  r=$(loadgen pg-replay "$URL" "$port" replay --concurrency "$CONCURRENCY"); record postgres "receiver replay" "$r" "$pg_replay"
+  r=$(loadgen pg-storm "$URL" "$port" storm --concurrency "$STORM_COPIES"); record postgres "receiver storm ×$STORM_COPIES" "$r"
+  r=$(loadgen pg-mixed "$URL" "$port" mixed --concurrency "$CONCURRENCY"); record postgres "receiver mixed 70/25/5" "$r"
+  row postgres "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" ""
+  stop_server
+fi
 
 # --- growth: the same fresh run with GROWTH_ROWS completed rows -----------
-if [ "$GROWTH_ROWS" -gt 0 ]; then
+if [ "$GROWTH_ROWS" -gt 0 ] && [ "$QUEUE" != only ]; then
   say "loading $GROWTH_ROWS completed rows (INSERT ... SELECT generate_series)"
   psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
@@ -225,7 +250,7 @@ EOF
 fi
 
 # --- the embedded SQLite default ------------------------------------------
-if [ "$SQLITE" = 1 ]; then
+if [ "$SQLITE" = 1 ] && [ "$QUEUE" != only ]; then
   sqlite_url="sqlite://$WORK/data/receiver.db"
   start_server "$sqlite_url" "$port"
   r=$(loadgen sqlite-fresh "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY"); record sqlite "receiver fresh" "$r"
@@ -236,15 +261,148 @@ if [ "$SQLITE" = 1 ]; then
   stop_server
 fi
 
+# --- queued mode: the acknowledgement, then the drain ----------------------
+# A second endpoint, bench-queued, is bench with mode = "queued". Its
+# acknowledgement is measured in the same server as the inline endpoint,
+# the two alternating ROUNDS times, with no queue workers (queue_workers =
+# 0): the ratio is the acknowledgement's own cost, the queue filling up as
+# it does while the workers lag. The backlog those acks left is then drained
+# by 1 process, and an equal backlog by DRAIN_PROCESSES processes sharing
+# the queue. A drain starts with its processes (every worker looks for due
+# jobs when it starts); its rate is the jobs over the span from the first
+# job finished to the last (finished_at, so process start-up is left out),
+# and it is checked: every job done, none retrying or dead, exactly one
+# ledger row per acknowledged delivery.
+QUEUED_ENDPOINT="[endpoints.bench-queued]
+provider = \"standard-webhooks\"
+secrets = [\"$SECRET\"]
+mode = \"queued\""
+qrow() { printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$@" >>"$QUEUE_RESULTS"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+lat() { printf '%s / %s / %s' "$(echo "$1" | field p50_ms)" "$(echo "$1" | field p99_ms)" "$(echo "$1" | field max_ms)"; }
+pg() { psql -tA -v ON_ERROR_STOP=1 "$URL" -c "$1"; }
+
+queue_ack() { # backend database_url
+  local backend=$1 url=$2 round r_i r_q rps_i rps_q rps_ratio p99_ratio
+  local inline=() queued=() rps_ratios=() p99_ratios=()
+  SERVER_TOP="queue_workers = 0" SERVER_ENDPOINTS=$QUEUED_ENDPOINT
+  start_server "$url" "$port"
+  for round in $(seq 1 "$ROUNDS"); do
+    r_i=$(loadgen "$backend-inline-$round" "$url" "$port" fresh --concurrency "$CONCURRENCY")
+    r_q=$(LG_ENDPOINT=bench-queued loadgen "$backend-queued-$round" "" "$port" fresh --concurrency "$CONCURRENCY")
+    rps_i=$(echo "$r_i" | field rps) rps_q=$(echo "$r_q" | field rps)
+    rps_ratio=$(ratio "$rps_q" "$rps_i")
+    p99_ratio=$(ratio "$(echo "$r_q" | field p99_ms)" "$(echo "$r_i" | field p99_ms)")
+    inline+=("$rps_i") queued+=("$rps_q") rps_ratios+=("$rps_ratio") p99_ratios+=("$p99_ratio")
+    qrow "$backend" "inline fresh, round $round" "$rps_i" "—" "$(lat "$r_i")" "—" \
+      "effects $(echo "$r_i" | field one_effect); $(echo "$r_i" | field statuses)"
+    qrow "$backend" "queued acknowledgement (202), round $round" "$rps_q" "$rps_ratio" "$(lat "$r_q")" "$p99_ratio" \
+      "bodies $(echo "$r_q" | field bodies_identical); $(echo "$r_q" | field statuses)"
+  done
+  qrow "$backend" "**queued ack ÷ inline, median of $ROUNDS rounds** (req/s)" \
+    "$(median "${queued[@]}") / $(median "${inline[@]}")" "$(median "${rps_ratios[@]}")" "—" \
+    "$(median "${p99_ratios[@]}")" "req/s ratios: ${rps_ratios[*]}; p99 ratios: ${p99_ratios[*]}"
+  stop_server
+  SERVER_TOP= SERVER_ENDPOINTS=
+}
+
+start_drainers() { # processes
+  local i
+  SERVER_TOP=${QUEUE_WORKERS:+queue_workers = $QUEUE_WORKERS} SERVER_ENDPOINTS=$QUEUED_ENDPOINT
+  write_config "$WORK/drain.toml"
+  SERVER_TOP= SERVER_ENDPOINTS=
+  for i in $(seq 1 "$1"); do
+    IR_LISTEN=127.0.0.1:$((port + i)) DATABASE_URL=$URL IR_DATA_DIR=$WORK/data RUST_LOG=warn \
+      "$BIN" --config "$WORK/drain.toml" serve 2>>"$WORK/server.log" &
+    DRAIN_PIDS+=("$!")
+  done
+}
+
+stop_drainers() {
+  local pid
+  for pid in "${DRAIN_PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  DRAIN_PIDS=()
+}
+
+drain() { # processes [jobs/s of the 1-process drain]
+  local n=$1 backlog since started left wall done_n span rate bad missing
+  backlog=$(pg "SELECT count(*) FROM queue_jobs WHERE endpoint = 'bench-queued' AND state = 'queued'")
+  since=$(pg "SELECT min(received_at) FROM queue_jobs WHERE endpoint = 'bench-queued' AND state = 'queued'")
+  pg "VACUUM ANALYZE" >/dev/null
+  settle
+  say "drain: $backlog jobs, $n process(es)"
+  started=$(date +%s.%N)
+  start_drainers "$n"
+  while :; do
+    left=$(pg "SELECT count(*) FROM queue_jobs WHERE endpoint = 'bench-queued' AND state IN ('queued', 'running')")
+    [ "$left" = 0 ] && break
+    if awk -v s="$started" -v now="$(date +%s.%N)" 'BEGIN { exit !(now - s > 900) }'; then
+      echo "the drain did not finish in 900 s ($left jobs left); log:" >&2
+      cat "$WORK/server.log" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
+  wall=$(awk -v s="$started" -v now="$(date +%s.%N)" 'BEGIN { printf "%.1f", now - s }')
+  stop_drainers
+  read -r done_n span < <(pg "SELECT count(*), extract(epoch FROM max(finished_at) - min(finished_at)) FROM queue_jobs
+    WHERE endpoint = 'bench-queued' AND received_at >= '$since' AND state = 'done'" | tr '|' ' ')
+  rate=$(awk -v n="$done_n" -v s="$span" 'BEGIN { printf "%.0f", (n - 1) / (s > 0 ? s : 1e-9) }')
+  bad=$(pg "SELECT count(*) FROM queue_jobs WHERE endpoint = 'bench-queued' AND state <> 'done'")
+  # Exactly once: one ledger row per acknowledged delivery, none twice.
+  missing=$(pg "SELECT count(*) FROM deliveries d WHERE d.endpoint = 'bench-queued' AND d.status = 'completed'
+    AND (SELECT count(*) FROM ledger_entries l WHERE l.endpoint = d.endpoint AND l.delivery_id = d.delivery_id) <> 1")
+  local check="done $done_n of $backlog, not done $bad, deliveries without exactly one ledger row $missing"
+  if [ "$done_n" != "$backlog" ] || [ "$bad" != 0 ] || [ "$missing" != 0 ]; then check="FAILED: $check"; fi
+  qrow postgres "drain $backlog jobs, $n process(es) × ${QUEUE_WORKERS:-4 (default)} workers (jobs/s)" "$rate" \
+    "${2:+$(ratio "$rate" "$2") ÷ 1 process}" "—" "—" \
+    "$check; $(printf '%.1f' "$span") s first to last finish, $wall s from launch"
+  DRAIN_RATE=$rate
+}
+
+if [ "$QUEUE" != 0 ]; then
+  say "queued mode: acknowledgement on PostgreSQL"
+  queue_ack postgres "$URL"
+  drain 1
+  one=$DRAIN_RATE
+  # An equal backlog for the processes sharing the queue (not measured).
+  backlog=$(pg "SELECT count(*) FROM queue_jobs WHERE endpoint = 'bench-queued'")
+  SERVER_TOP="queue_workers = 0" SERVER_ENDPOINTS=$QUEUED_ENDPOINT
+  start_server "$URL" "$port"
+  say "filling a backlog of $backlog jobs"
+  "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint bench-queued --secret "$SECRET" --scenario fresh \
+    --concurrency "$CONCURRENCY" --duration 100000 --requests "$backlog" --label backlog >/dev/null
+  stop_server
+  SERVER_TOP= SERVER_ENDPOINTS=
+  drain "$DRAIN_PROCESSES" "$one"
+  if [ "$SQLITE" = 1 ]; then
+    say "queued mode: acknowledgement on SQLite"
+    queue_ack sqlite "sqlite://$WORK/data/receiver.db"
+  fi
+fi
+
 echo
 echo "$(nproc) cores; load during the run: $(uptime | sed 's/.*load average/load average/'); concurrency $CONCURRENCY; ${DURATION}s per run"
-echo
-echo "| backend | what | req/s (tps) | ÷ pgbench | p50 / p99 / max ms | checks; statuses |"
-echo "|---|---|---|---|---|---|"
-cat "$RESULTS"
+if [ -s "$RESULTS" ]; then
+  echo
+  echo "| backend | what | req/s (tps) | ÷ pgbench | p50 / p99 / max ms | checks; statuses |"
+  echo "|---|---|---|---|---|---|"
+  cat "$RESULTS"
+fi
 echo
 echo "Where the CPU went (share of both cores; \"database + rest\" is PostgreSQL and anything else that ran):"
 echo
 echo "| run | database + rest | receiver | client | idle |"
 echo "|---|---|---|---|---|"
 cat "$CPU"
+if [ "$QUEUE" != 0 ]; then
+  echo
+  echo "Queued mode (the acknowledgement against the inline path in the same server, then the drain):"
+  echo
+  echo "| backend | what | req/s (jobs/s) | ÷ inline (÷ 1 process) | p50 / p99 / max ms | p99 ÷ inline | checks; statuses |"
+  echo "|---|---|---|---|---|---|---|"
+  cat "$QUEUE_RESULTS"
+fi

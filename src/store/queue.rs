@@ -70,6 +70,16 @@ pub struct JobRow {
     pub finished_at: Option<NaiveDateTime>,
 }
 
+/// A paused endpoint as operators see it.
+#[derive(Queryable, Selectable, Debug, Clone, PartialEq, Eq)]
+#[diesel(table_name = queue_pauses)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub struct PauseRow {
+    pub endpoint: String,
+    pub paused_at: NaiveDateTime,
+    pub actor: Option<String>,
+}
+
 /// Which jobs an operator's list, retry or cancel applies to.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
@@ -392,6 +402,17 @@ impl DbConn {
         Ok(with_conn!(self, |c| {
             queue_pauses::table
                 .select(queue_pauses::endpoint)
+                .order(queue_pauses::endpoint)
+                .load(c)
+                .await
+        })?)
+    }
+
+    /// The paused endpoints with when and by whom, by endpoint.
+    pub async fn pauses(&mut self) -> Result<Vec<PauseRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            queue_pauses::table
+                .select(PauseRow::as_select())
                 .order(queue_pauses::endpoint)
                 .load(c)
                 .await

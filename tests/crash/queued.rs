@@ -271,7 +271,7 @@ async fn exactly_once(url: &str, acks: &Acks) -> Result<(usize, Vec<String>), St
         violations.push(format!(
             "{} deliveries were answered differing 202 bodies, e.g. {:?}",
             varied.len(),
-            varied.iter().next()
+            <[_]>::first(&varied)
         ));
     }
     if !acks.wrong.is_empty() {

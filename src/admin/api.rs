@@ -164,15 +164,7 @@ pub async fn queue_retry(
     request: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    let (endpoint, delivery_id) = path.into_inner();
-    let actor = actor(&admin, &request);
-    match queue::retry(&admin.store, &endpoint, &delivery_id, &actor).await {
-        Ok(job) => {
-            admin.wake_workers();
-            HttpResponse::Ok().json(job)
-        }
-        Err(error) => error.to_response(),
-    }
+    on_job(&admin, &request, path.into_inner(), JobAction::Retry).await
 }
 
 /// Cancels one job that is not running or finished; recorded as
@@ -198,10 +190,34 @@ pub async fn queue_cancel(
     request: HttpRequest,
     path: web::Path<(String, String)>,
 ) -> HttpResponse {
-    let (endpoint, delivery_id) = path.into_inner();
-    let actor = actor(&admin, &request);
-    match queue::cancel(&admin.store, &endpoint, &delivery_id, &actor).await {
-        Ok(job) => HttpResponse::Ok().json(job),
+    on_job(&admin, &request, path.into_inner(), JobAction::Cancel).await
+}
+
+enum JobAction {
+    Retry,
+    Cancel,
+}
+
+/// One job's retry or cancel, as the actor of `request`; a retry wakes
+/// this process's workers.
+async fn on_job(
+    admin: &Admin,
+    request: &HttpRequest,
+    (endpoint, delivery_id): (String, String),
+    action: JobAction,
+) -> HttpResponse {
+    let actor = actor(admin, request);
+    let done = match action {
+        JobAction::Retry => queue::retry(&admin.store, &endpoint, &delivery_id, &actor).await,
+        JobAction::Cancel => queue::cancel(&admin.store, &endpoint, &delivery_id, &actor).await,
+    };
+    match done {
+        Ok(job) => {
+            if job.state == crate::store::queue::QUEUED {
+                admin.wake_workers();
+            }
+            HttpResponse::Ok().json(job)
+        }
         Err(error) => error.to_response(),
     }
 }

@@ -4,21 +4,19 @@
 //! is in the delivery's history with the actor; the page's forms refuse
 //! cross-site posts; and the `queue` command does the same from a shell.
 
+use crate::admin_cli::{run, stdout};
 use crate::both_backends_with;
 use crate::helpers::{ADMIN_TOKEN, SECRET, TestApp, TestAppBuilder, payment};
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::maintenance::run_due;
 use idempotent_receiver::store::DbConn;
 use serde_json::Value;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 /// The first eight hex digits of HMAC-SHA256(key = "idempotent-receiver
 /// admin actor", ADMIN_TOKEN), from a second implementation:
 /// python3 -c "import hmac,hashlib;print(hmac.new(b'idempotent-receiver admin actor',b'tok_admin_0123456789abcdef',hashlib.sha256).hexdigest()[:8])"
 const ACTOR: &str = "admin:e1e69900";
-
-const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
 
 /// Fails whenever `fail` is set in the payload's `data`.
 struct FailMarked;
@@ -243,56 +241,33 @@ both_backends_with! { queued;
     }
 }
 
-/// Runs the binary over `app`'s database, with no configuration file.
-fn run(app: &TestApp, data_dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(data_dir)
-        .env("DATABASE_URL", &app.database_url)
-        .env("IR_DATA_DIR", data_dir)
-        .env_remove("IR_CONFIG")
-        .env_remove("IR_ADMIN_TOKENS")
-        .output()
-        .expect("the binary runs")
-}
-
-fn stdout(output: Output) -> String {
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 both_backends_with! { queued;
     async fn the_queue_command_lists_retries_cancels_pauses_and_resumes(app) {
         dead_jobs(app, "q", &["msg_k1", "msg_k2"]).await;
         assert_eq!(app.deliver_to("q", "msg_k3", &payment("pay_k3", 5)).await.status(), 202);
         let dir = tempfile::tempdir().unwrap();
 
-        let listing: Value = serde_json::from_str(&stdout(run(app, dir.path(), &["queue", "list", "--state", "dead", "--json"]))).unwrap();
+        let listing: Value = serde_json::from_str(&stdout(&run(app, dir.path(), &["queue", "list", "--state", "dead", "--json"]))).unwrap();
         assert_eq!(listing["jobs"].as_array().unwrap().len(), 2, "{listing}");
         assert!(listing["jobs"][0]["last_error"].as_str().unwrap().contains("ledger service"));
-        let table = stdout(run(app, dir.path(), &["queue", "list", "--endpoint", "q"]));
+        let table = stdout(&run(app, dir.path(), &["queue", "list", "--endpoint", "q"]));
         assert!(table.starts_with("ENDPOINT"), "{table}");
         assert_eq!(table.lines().count(), 4, "{table}");
 
-        let one = stdout(run(app, dir.path(), &["queue", "retry", "--endpoint", "q", "--delivery", "msg_k1", "--actor", "ops-alice"]));
+        let one = stdout(&run(app, dir.path(), &["queue", "retry", "--endpoint", "q", "--delivery", "msg_k1", "--actor", "ops-alice"]));
         assert!(one.contains("queued"), "{one}");
-        let dry = stdout(run(app, dir.path(), &["queue", "retry", "--all", "--endpoint", "q", "--dry-run"]));
+        let dry = stdout(&run(app, dir.path(), &["queue", "retry", "--all", "--endpoint", "q", "--dry-run"]));
         assert_eq!(dry.trim(), "1 job(s) would be retried");
-        let cancelled = stdout(run(app, dir.path(), &["queue", "cancel", "--endpoint", "q", "--delivery", "msg_k2", "--actor", "ops-bob"]));
+        let cancelled = stdout(&run(app, dir.path(), &["queue", "cancel", "--endpoint", "q", "--delivery", "msg_k2", "--actor", "ops-bob"]));
         assert!(cancelled.contains("cancelled"), "{cancelled}");
         let refused = run(app, dir.path(), &["queue", "cancel", "--endpoint", "q", "--delivery", "msg_k2"]);
         assert!(!refused.status.success());
 
-        stdout(run(app, dir.path(), &["queue", "pause", "--endpoint", "q", "--actor", "ops-alice"]));
+        stdout(&run(app, dir.path(), &["queue", "pause", "--endpoint", "q", "--actor", "ops-alice"]));
         assert_eq!(run_due(&app.webhooks, 100).await.unwrap().ran(), 0);
-        let paused: Value = serde_json::from_str(&stdout(run(app, dir.path(), &["queue", "list", "--json"]))).unwrap();
+        let paused: Value = serde_json::from_str(&stdout(&run(app, dir.path(), &["queue", "list", "--json"]))).unwrap();
         assert_eq!(paused["paused"][0]["actor"], "ops-alice");
-        stdout(run(app, dir.path(), &["queue", "resume", "--endpoint", "q"]));
+        stdout(&run(app, dir.path(), &["queue", "resume", "--endpoint", "q"]));
         // msg_k1 (retried) and msg_k3; the retried one fails again.
         assert_eq!(run_due(&app.webhooks, 100).await.unwrap().ran(), 2);
 

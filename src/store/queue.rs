@@ -19,6 +19,9 @@ pub const DONE: &str = "done";
 pub const DEAD: &str = "dead";
 pub const CANCELLED: &str = "cancelled";
 
+/// The states of a job whose handlers may still run.
+pub const UNFINISHED: [&str; 3] = [QUEUED, RUNNING, RETRYING];
+
 /// The PostgreSQL channel workers `LISTEN` on.
 pub const QUEUE_CHANNEL: &str = "idempotent_receiver_queue";
 

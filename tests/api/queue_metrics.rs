@@ -143,11 +143,16 @@ both_backends_with! { failing_first_and_always;
     }
 }
 
-/// One queued endpoint `qr_…` whose jobs nothing runs (`queue_workers = 0`).
-fn unprocessed(builder: TestAppBuilder) -> TestAppBuilder {
+/// One queued endpoint named `prefix`…, booking payments, with `workers`.
+fn one_queued(builder: TestAppBuilder, workers: &str, prefix: &str) -> TestAppBuilder {
     builder
-        .top_level("queue_workers = 0\n")
-        .endpoints_toml(&queued_endpoint("qr_", "payments"))
+        .top_level(workers)
+        .endpoints_toml(&queued_endpoint(prefix, "payments"))
+}
+
+/// `qr_…`, whose jobs nothing runs.
+fn unprocessed(builder: TestAppBuilder) -> TestAppBuilder {
+    one_queued(builder, "queue_workers = 0\n", "qr_")
 }
 
 both_backends_with! { unprocessed;
@@ -176,12 +181,10 @@ both_backends_with! { unprocessed;
     }
 }
 
-/// One queued endpoint `qw_…` with a real worker; the poll is an hour, so
-/// only the wake-up runs jobs.
+/// `qw_…`, with a real worker; the poll is an hour, so only the wake-up
+/// runs jobs.
 fn with_a_worker(builder: TestAppBuilder) -> TestAppBuilder {
-    builder
-        .top_level("queue_workers = 1\nqueue_poll = \"1h\"\n")
-        .endpoints_toml(&queued_endpoint("qw_", "payments"))
+    one_queued(builder, "queue_workers = 1\nqueue_poll = \"1h\"\n", "qw_")
 }
 
 both_backends_with! { with_a_worker;

@@ -422,10 +422,13 @@ impl DbConn {
         })?)
     }
 
-    /// How many jobs each endpoint has in each state.
+    /// How many jobs each endpoint has in each unfinished state (queued,
+    /// running, retrying, dead). Done and cancelled jobs are left out: they
+    /// pile up until purged, and counting them would read them all.
     pub async fn queue_depth(&mut self) -> Result<Vec<(String, String, i64)>, StoreError> {
         Ok(with_conn!(self, |c| {
             queue_jobs::table
+                .filter(queue_jobs::state.eq_any([QUEUED, RUNNING, RETRYING, DEAD]))
                 .group_by((queue_jobs::endpoint, queue_jobs::state))
                 .select((
                     queue_jobs::endpoint,

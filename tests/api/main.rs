@@ -35,6 +35,7 @@ mod provider_vectors;
 mod providers;
 mod purge;
 mod queue;
+mod queue_metrics;
 mod replay_cache;
 mod sdk_interop;
 mod server_language;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Fails its first `n` calls.
-struct FailFirst(AtomicUsize);
+pub(crate) struct FailFirst(pub(crate) AtomicUsize);
 
 #[async_trait::async_trait(?Send)]
 impl Handler for FailFirst {

@@ -97,7 +97,7 @@ pub fn actor(admin: &Admin, request: &HttpRequest) -> String {
 
 /// Eight hex digits that name `token` without revealing it; an operator
 /// finds theirs with `printf %s "$TOKEN" | openssl dgst -sha256 -hmac
-/// 'idempotent-receiver admin actor'` (the first eight digits).
+/// 'idempotent-receiver admin actor' -r | cut -c1-8`.
 pub fn fingerprint(token: &[u8]) -> String {
     let tag = mac::sign(Algorithm::Sha256, ACTOR_CONTEXT, &[token]);
     hex::encode(tag.get(..4).unwrap_or_default())

@@ -205,7 +205,8 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
-        let admin = Admin::new(store.clone(), &settings.admin);
+        let admin = Admin::new(store.clone(), &settings.admin)
+            .map(|admin| admin.waking(webhooks.queue_wake().clone()));
         // `admin_listen` is bound before anything starts, so that a busy
         // address stops start-up with nothing left running.
         let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {

@@ -2,10 +2,12 @@
 //! document that describes them.
 
 use super::Admin;
+use super::auth::actor;
 use super::detail::fetch_detail;
 use super::error::AdminError;
 use super::listing::{ListQuery, fetch_page};
 use super::model::{DeliveryPage, DeliveryView, Stats};
+use super::queue::{self, BulkRetry, PauseState, QueueJob, QueueListing, QueueQuery, RetryQuery};
 use super::stats::{StatsQuery, fetch_stats};
 use crate::problem::Problem;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -19,6 +21,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::get().to(detail),
         )
         .route("/stats", web::get().to(stats))
+        .route("/queue", web::get().to(queue_list))
+        .route("/queue/retry", web::post().to(queue_retry_matching))
+        .route(
+            "/queue/{endpoint}/{delivery_id}/retry",
+            web::post().to(queue_retry),
+        )
+        .route(
+            "/queue/{endpoint}/{delivery_id}/cancel",
+            web::post().to(queue_cancel),
+        )
+        .route("/queue/{endpoint}/pause", web::post().to(queue_pause))
+        .route("/queue/{endpoint}/resume", web::post().to(queue_resume))
         .route("/openapi.json", web::get().to(openapi));
 }
 
@@ -98,6 +112,204 @@ pub async fn stats(admin: web::Data<Admin>, request: HttpRequest) -> HttpRespons
     };
     match stats.await {
         Ok(stats) => HttpResponse::Ok().json(stats),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// The jobs of queued endpoints, newest first, and the paused endpoints.
+#[utoipa::path(
+    get,
+    tag = "queue",
+    path = "/admin/queue",
+    params(QueueQuery),
+    responses(
+        (status = 200, description = "The selected jobs and every paused endpoint", body = QueueListing),
+        (status = 400, description = "A malformed parameter", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn queue_list(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    let listing = async {
+        let query: QueueQuery = query(&request)?;
+        let (filter, limit) = query.validate(admin.store.clock().naive_now())?;
+        queue::list(&admin.store, &filter, limit).await
+    };
+    match listing.await {
+        Ok(listing) => HttpResponse::Ok().json(listing),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Makes one job due now, its attempts counted afresh (a dead, retrying,
+/// queued or cancelled one); recorded as `retried` with the actor.
+#[utoipa::path(
+    post,
+    tag = "queue",
+    path = "/admin/queue/{endpoint}/{delivery_id}/retry",
+    params(
+        ("endpoint" = String, Path, description = "The queued endpoint (URL-encoded)"),
+        ("delivery_id" = String, Path, description = "The delivery id (URL-encoded)"),
+    ),
+    responses(
+        (status = 200, description = "The job, queued again", body = QueueJob),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+        (status = 404, description = "No such job", content_type = "application/problem+json"),
+        (status = 409, description = "The job is running or done", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn queue_retry(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    on_job(&admin, &request, path.into_inner(), JobAction::Retry).await
+}
+
+/// Cancels one job that is not running or finished; recorded as
+/// `cancelled` with the actor.
+#[utoipa::path(
+    post,
+    tag = "queue",
+    path = "/admin/queue/{endpoint}/{delivery_id}/cancel",
+    params(
+        ("endpoint" = String, Path, description = "The queued endpoint (URL-encoded)"),
+        ("delivery_id" = String, Path, description = "The delivery id (URL-encoded)"),
+    ),
+    responses(
+        (status = 200, description = "The job, cancelled", body = QueueJob),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+        (status = 404, description = "No such job", content_type = "application/problem+json"),
+        (status = 409, description = "The job is running or finished", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn queue_cancel(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    on_job(&admin, &request, path.into_inner(), JobAction::Cancel).await
+}
+
+enum JobAction {
+    Retry,
+    Cancel,
+}
+
+/// One job's retry or cancel, as the actor of `request`; a retry wakes
+/// this process's workers.
+async fn on_job(
+    admin: &Admin,
+    request: &HttpRequest,
+    (endpoint, delivery_id): (String, String),
+    action: JobAction,
+) -> HttpResponse {
+    let actor = actor(admin, request);
+    let done = match action {
+        JobAction::Retry => queue::retry(&admin.store, &endpoint, &delivery_id, &actor).await,
+        JobAction::Cancel => queue::cancel(&admin.store, &endpoint, &delivery_id, &actor).await,
+    };
+    match done {
+        Ok(job) => {
+            if job.state == crate::store::queue::QUEUED {
+                admin.wake_workers();
+            }
+            HttpResponse::Ok().json(job)
+        }
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Retries every job the filter selects (state `dead` unless given), or
+/// with `dry_run=true` only counts them; each is recorded as `retried`.
+#[utoipa::path(
+    post,
+    tag = "queue",
+    path = "/admin/queue/retry",
+    params(RetryQuery),
+    responses(
+        (status = 200, description = "How many jobs matched and were retried", body = BulkRetry),
+        (status = 400, description = "A malformed parameter", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn queue_retry_matching(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    let outcome = async {
+        let query: RetryQuery = query(&request)?;
+        let (filter, dry_run) = query.validate(admin.store.clock().naive_now())?;
+        let actor = actor(&admin, &request);
+        queue::retry_matching(&admin.store, &filter, &actor, dry_run).await
+    };
+    match outcome.await {
+        Ok(outcome) => {
+            if outcome.retried > 0 {
+                admin.wake_workers();
+            }
+            HttpResponse::Ok().json(outcome)
+        }
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Pauses an endpoint's processing: its deliveries are still acknowledged
+/// and queued, and no worker takes them until it is resumed.
+#[utoipa::path(
+    post,
+    tag = "queue",
+    path = "/admin/queue/{endpoint}/pause",
+    params(("endpoint" = String, Path, description = "The queued endpoint (URL-encoded)")),
+    responses(
+        (status = 200, description = "The endpoint is paused", body = PauseState),
+        (status = 400, description = "A malformed endpoint", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn queue_pause(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let outcome = async {
+        let endpoint = queue::name("endpoint", &path)?;
+        queue::pause(&admin.store, &endpoint, &actor(&admin, &request)).await
+    };
+    match outcome.await {
+        Ok(state) => HttpResponse::Ok().json(state),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Resumes an endpoint's processing; its due jobs run at once.
+#[utoipa::path(
+    post,
+    tag = "queue",
+    path = "/admin/queue/{endpoint}/resume",
+    params(("endpoint" = String, Path, description = "The queued endpoint (URL-encoded)")),
+    responses(
+        (status = 200, description = "The endpoint runs again", body = PauseState),
+        (status = 400, description = "A malformed endpoint", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn queue_resume(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    path: web::Path<String>,
+) -> HttpResponse {
+    let outcome = async {
+        let endpoint = queue::name("endpoint", &path)?;
+        queue::resume(&admin.store, &endpoint, &actor(&admin, &request)).await
+    };
+    match outcome.await {
+        Ok(state) => {
+            admin.wake_workers();
+            HttpResponse::Ok().json(state)
+        }
         Err(error) => error.to_response(),
     }
 }

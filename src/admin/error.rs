@@ -20,6 +20,15 @@ pub enum AdminError {
         endpoint: String,
         delivery_id: String,
     },
+    #[error("no queue job {delivery_id:?} for endpoint {endpoint:?}")]
+    NoJob {
+        endpoint: String,
+        delivery_id: String,
+    },
+    /// A queue action that does not apply to the job's state (retrying a
+    /// running job, cancelling a done one).
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Too many wrong credentials: this one was not even looked at.
@@ -67,6 +76,18 @@ impl AdminError {
                 StatusCode::NOT_FOUND,
                 "unknown-delivery",
                 "Unknown delivery",
+                self.to_string(),
+            ),
+            AdminError::NoJob { .. } => Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown-job",
+                "Unknown queue job",
+                self.to_string(),
+            ),
+            AdminError::Conflict(_) => Problem::new(
+                StatusCode::CONFLICT,
+                "queue-job-state",
+                "Not in a state this action applies to",
                 self.to_string(),
             ),
             AdminError::TooManyAttempts(limited) => Problem::new(

@@ -1,6 +1,8 @@
 //! The operator surface over the stored keys: a JSON API (`/admin/deliveries`,
 //! `/admin/stats`, `/admin/openapi.json`), a web page (`/admin`) and the
-//! `list` command's table. Read-only: nothing here changes a key.
+//! `list` command's table. Nothing here changes a key; the queue's actions
+//! (`/admin/queue`, the page's `/admin/jobs`, the `queue` command) change
+//! only jobs and pauses of queued endpoints ([`queue`]).
 //!
 //! Every route needs one of the configured admin tokens (`admin_tokens`,
 //! `IR_ADMIN_TOKENS`): the API as `Authorization: Bearer <token>`, the page
@@ -20,6 +22,7 @@ mod model;
 mod openapi;
 pub mod origin;
 mod page;
+pub mod queue;
 mod session;
 mod settings;
 mod stats;
@@ -51,6 +54,9 @@ pub struct Admin {
     tokens: AdminTokens,
     /// One for the whole surface: every worker, the page and the API.
     limiter: Arc<LoginLimiter>,
+    /// This process's queue workers, woken after a retry or a resume (on
+    /// PostgreSQL every instance's are also told by NOTIFY).
+    queue_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Admin {
@@ -63,7 +69,20 @@ impl Admin {
                 settings.login_limits,
                 std::time::Instant::now(),
             )),
+            queue_wake: None,
         })
+    }
+
+    /// Wakes `wake`'s workers after an operator's retry or resume.
+    pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Admin {
+        self.queue_wake = Some(wake);
+        self
+    }
+
+    fn wake_workers(&self) {
+        if let Some(wake) = &self.queue_wake {
+            wake.notify_one();
+        }
     }
 
     /// Mounts `/admin`: the page's routes, then the API behind the token.

@@ -1,7 +1,7 @@
 //! The admin API's OpenAPI document, generated from the handlers' and
 //! types' annotations, so that it cannot drift from the code.
 
-use super::{api, model};
+use super::{api, model, queue};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -9,9 +9,20 @@ use utoipa::{Modify, OpenApi};
 #[openapi(
     info(
         title = "idempotent-receiver admin API",
-        description = "Read-only views of the stored deliveries and client keys. Every route needs `Authorization: Bearer <admin token>`."
+        description = "Views of the stored deliveries and client keys, and the operator's actions on queued endpoints' jobs (each recorded in the delivery's history with the actor `admin:<token fingerprint>`). Every route needs `Authorization: Bearer <admin token>`."
     ),
-    paths(api::list, api::detail, api::stats, api::openapi),
+    paths(
+        api::list,
+        api::detail,
+        api::stats,
+        api::queue_list,
+        api::queue_retry,
+        api::queue_cancel,
+        api::queue_retry_matching,
+        api::queue_pause,
+        api::queue_resume,
+        api::openapi
+    ),
     components(schemas(
         model::DeliveryPage,
         model::DeliveryItem,
@@ -20,6 +31,11 @@ use utoipa::{Modify, OpenApi};
         model::HistoryItem,
         model::Stats,
         model::EndpointStats,
+        queue::QueueListing,
+        queue::QueueJob,
+        queue::PausedEndpoint,
+        queue::BulkRetry,
+        queue::PauseState,
     )),
     modifiers(&BearerToken)
 )]

@@ -3,10 +3,12 @@
 
 use super::Admin;
 use super::auth::{Access, check_token, session_access};
+use super::auth::{actor, unauthorized};
 use super::detail::fetch_detail;
 use super::error::{AdminError, retry_after_secs};
 use super::listing::{ListQuery, fetch_page};
 use super::origin::same_origin;
+use super::queue::{self, QueueQuery, RetryQuery};
 use super::views::LoginNotice;
 use super::{session, views};
 use actix_web::cookie::{Cookie, SameSite, time::Duration as CookieAge};
@@ -23,7 +25,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/login", web::get().to(login_form))
         .route("/login", web::post().to(login))
         .route("/logout", web::post().to(logout))
-        .route("/view/{endpoint}/{delivery_id}", web::get().to(view));
+        .route("/view/{endpoint}/{delivery_id}", web::get().to(view))
+        .route("/jobs", web::get().to(jobs))
+        .route("/jobs/{action}", web::post().to(job_action));
 }
 
 /// An HTML answer that is never cached, framed or sent with a referrer, and
@@ -180,6 +184,137 @@ async fn view(
         Ok(record) => html(StatusCode::OK, views::detail(&record)),
         Err(error @ AdminError::NotFound { .. }) => {
             html(StatusCode::NOT_FOUND, views::not_found(&error.to_string()))
+        }
+        Err(error) => error.to_response(),
+    }
+}
+
+/// The queue: jobs of queued endpoints (by default the unfinished ones),
+/// the paused endpoints, and the forms that act on them.
+async fn jobs(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    if let Some(refusal) = without_session(&admin, &request) {
+        return refusal;
+    }
+    let query = web::Query::<QueueQuery>::from_query(request.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    let listing = async {
+        let now = admin.store.clock().naive_now();
+        let (filter, limit) = query.validate(now)?;
+        let listing = queue::list(&admin.store, &filter, limit).await?;
+        // What "retry all" would take: the dry run, shown on its button.
+        let bulk = RetryQuery {
+            endpoint: query.endpoint.clone(),
+            state: query.state.clone(),
+            event_type: query.event_type.clone(),
+            since: query.since.clone(),
+            until: query.until.clone(),
+            dry_run: Some("true".into()),
+        };
+        let retryable = match bulk.validate(now) {
+            Ok((filter, _)) => Some(
+                queue::retry_matching(&admin.store, &filter, "", true)
+                    .await?
+                    .matched,
+            ),
+            Err(_) => None,
+        };
+        Ok::<_, AdminError>((listing, retryable))
+    };
+    match listing.await {
+        Ok((listing, retryable)) => html(
+            StatusCode::OK,
+            views::queue(&query, Ok((&listing, retryable))),
+        ),
+        Err(error @ AdminError::BadParameter { .. }) => html(
+            StatusCode::BAD_REQUEST,
+            views::queue(&query, Err(error.to_string())),
+        ),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// The fields of the queue page's forms; each form sends those it needs.
+#[derive(Deserialize, Default)]
+struct JobForm {
+    endpoint: Option<String>,
+    delivery_id: Option<String>,
+    state: Option<String>,
+    event_type: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+/// A form of the queue page: refused cross-site (403) as log-in and
+/// log-out are, and without a session (401) before anything is read;
+/// then done as the API does it, recorded with the operator's actor, and
+/// answered with the queue page again (303).
+async fn job_action(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    action: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    if let Err(cross_site) = same_origin(&request) {
+        tracing::info!(reason = %cross_site, "admin queue action refused: cross-site");
+        return AdminError::CrossSite(cross_site).to_response();
+    }
+    match session_access(&admin, &request) {
+        Access::Granted => {}
+        Access::Denied => return unauthorized(),
+        Access::Limited(limited) => return AdminError::TooManyAttempts(limited).to_response(),
+    }
+    let form = std::str::from_utf8(&body)
+        .ok()
+        .and_then(|form| web::Query::<JobForm>::from_query(form).ok())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    let actor = actor(&admin, &request);
+    let done = async {
+        let endpoint = queue::name("endpoint", form.endpoint.as_deref().unwrap_or(""));
+        let delivery_id = form.delivery_id.as_deref().unwrap_or("");
+        match action.as_str() {
+            "retry" => {
+                queue::retry(&admin.store, &endpoint?, delivery_id, &actor).await?;
+            }
+            "cancel" => {
+                queue::cancel(&admin.store, &endpoint?, delivery_id, &actor).await?;
+            }
+            "pause" => {
+                queue::pause(&admin.store, &endpoint?, &actor).await?;
+            }
+            "resume" => {
+                queue::resume(&admin.store, &endpoint?, &actor).await?;
+            }
+            "retry-all" => {
+                let query = RetryQuery {
+                    endpoint: form.endpoint.clone(),
+                    state: form.state.clone(),
+                    event_type: form.event_type.clone(),
+                    since: form.since.clone(),
+                    until: form.until.clone(),
+                    dry_run: None,
+                };
+                let (filter, _) = query.validate(admin.store.clock().naive_now())?;
+                queue::retry_matching(&admin.store, &filter, &actor, false).await?;
+            }
+            _ => return Err(AdminError::bad("action", "not a queue action")),
+        }
+        Ok(())
+    };
+    match done.await {
+        Ok(()) => {
+            admin.wake_workers();
+            see_other("/admin/jobs")
+        }
+        Err(
+            error @ (AdminError::BadParameter { .. }
+            | AdminError::NoJob { .. }
+            | AdminError::Conflict(_)),
+        ) => {
+            let status =
+                StatusCode::from_u16(error.to_problem().status).unwrap_or(StatusCode::BAD_REQUEST);
+            html(status, views::notice(&error.to_string()))
         }
         Err(error) => error.to_response(),
     }

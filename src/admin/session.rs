@@ -22,28 +22,31 @@ pub fn issue(token: &[u8], now: i64) -> String {
 /// Whether `value` is a live session of one of `tokens`. Every token is
 /// tried, whichever matches.
 pub fn verify(tokens: &AdminTokens, value: &str, now: i64) -> bool {
-    let Some((expires, tag)) = value.split_once('.') else {
-        return false;
-    };
-    let Ok(expiry) = expires.parse::<i64>() else {
-        return false;
-    };
-    let Ok(tag) = hex::decode(tag) else {
-        return false;
-    };
+    holder(tokens, value, now).is_some()
+}
+
+/// The token whose live session `value` is (to name the operator in the
+/// history by its fingerprint); every token is tried, whichever matches.
+pub fn holder<'t>(tokens: &'t AdminTokens, value: &str, now: i64) -> Option<&'t [u8]> {
+    let (expires, tag) = value.split_once('.')?;
+    let expiry = expires.parse::<i64>().ok()?;
+    let tag = hex::decode(tag).ok()?;
     if expiry <= now || expiry > now + LIFETIME_SECS {
-        return false;
+        return None;
     }
-    let mut valid = false;
+    let mut matched = None;
     for token in tokens.exposed() {
-        valid |= mac::verify(
+        let valid = mac::verify(
             Algorithm::Sha256,
             token,
             &[CONTEXT, expires.as_bytes()],
             &tag,
         );
+        if valid && matched.is_none() {
+            matched = Some(token);
+        }
     }
-    valid
+    matched
 }
 
 #[cfg(test)]

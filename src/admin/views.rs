@@ -4,6 +4,7 @@
 
 use super::detail::KeyRecord;
 use super::listing::{ListQuery, Page};
+use super::queue::{QueueJob, QueueListing, QueueQuery};
 use crate::store::DeliverySummary;
 use chrono::NaiveDateTime;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
@@ -34,6 +35,8 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;background
 dt{color:#4a5263}dd{margin:0;word-break:break-all}
 nav.pager{display:flex;gap:1rem;margin:1rem 0}
 p.notice{background:#fff3f3;border:1px solid #e3b4b4;padding:.5rem .7rem;border-radius:4px}
+form.inline{display:inline;margin:0 .2rem 0 0}
+form.inline button{padding:.15rem .45rem;font-size:.85rem}
 .login{max-width:26rem;margin:3rem auto;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:1.2rem}
 .login input{width:100%;margin:.4rem 0 .8rem}
 @media (max-width:600px){main{padding:.6rem}dl{grid-template-columns:1fr}dt{font-weight:600}}
@@ -76,6 +79,7 @@ fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
                 header {
                     a href="/admin" { "idempotent-receiver · admin" }
                     @if logged_in {
+                        a href="/admin/jobs" id="queue-link" { "Queue" }
                         form method="post" action="/admin/logout" {
                             button type="submit" id="logout" { "Log out" }
                         }
@@ -285,6 +289,159 @@ pub fn not_found(message: &str) -> Markup {
         html! {
             p { a href="/admin" { "« All deliveries" } }
             p.notice id="not-found" { (message) }
+        },
+    )
+}
+
+/// The hidden field of a form, when the value is given.
+fn hidden(name: &str, value: &Option<String>) -> Markup {
+    let value = value.as_deref().map(str::trim).unwrap_or("");
+    html! {
+        @if !value.is_empty() { input type="hidden" name=(name) value=(value); }
+    }
+}
+
+/// A one-button form of the queue page: the action, and the job or the
+/// endpoint it applies to.
+fn action(
+    path: &str,
+    label: &str,
+    id: String,
+    endpoint: &str,
+    delivery_id: Option<&str>,
+) -> Markup {
+    html! {
+        form.inline method="post" action={ "/admin/jobs/" (path) } {
+            input type="hidden" name="endpoint" value=(endpoint);
+            @if let Some(delivery_id) = delivery_id {
+                input type="hidden" name="delivery_id" value=(delivery_id);
+            }
+            button type="submit" id=(id) { (label) }
+        }
+    }
+}
+
+/// The queue page: the jobs `query` selects with their actions, the
+/// paused endpoints, and (given the listing's retryable count) a bulk retry.
+pub fn queue(
+    query: &QueueQuery,
+    listing: Result<(&QueueListing, Option<usize>), String>,
+) -> Markup {
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let state = value(&query.state);
+    layout(
+        "Queue",
+        true,
+        html! {
+            p { a href="/admin" id="back" { "« All deliveries" } }
+            h1 { "Queue" }
+            form.filters method="get" action="/admin/jobs" id="queue-filters" {
+                label { "Endpoint" input name="endpoint" value=(value(&query.endpoint)); }
+                label { "State"
+                    select name="state" {
+                        option value="" selected[state.is_empty()] { "unfinished" }
+                        @for s in ["queued", "running", "retrying", "dead", "done", "cancelled"] {
+                            option value=(s) selected[state == s] { (s) }
+                        }
+                    }
+                }
+                label { "Event type" input name="event_type" value=(value(&query.event_type)); }
+                label { "Since (RFC 3339 or 24h)" input name="since" value=(value(&query.since)); }
+                label { "Until" input name="until" value=(value(&query.until)); }
+                button type="submit" id="queue-apply" { "Filter" }
+            }
+            @match listing {
+                Err(problem) => p.notice id="query-error" { (problem) },
+                Ok((listing, retryable)) => {
+                    h2 { "Paused endpoints" }
+                    @if listing.paused.is_empty() {
+                        p id="no-pauses" { "None: every endpoint's jobs run." }
+                    } @else {
+                        div.table-wrap {
+                            table id="paused" {
+                                thead { tr { th { "Endpoint" } th { "Paused (UTC)" } th { "By" } th {} } }
+                                tbody {
+                                    @for pause in &listing.paused {
+                                        tr {
+                                            td { (pause.endpoint) }
+                                            td { (pause.paused_at) }
+                                            td { (pause.actor.as_deref().unwrap_or("")) }
+                                            td { (action("resume", "Resume", format!("resume-{}", encode(&pause.endpoint)), &pause.endpoint, None)) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    @if let Some(endpoint) = query.endpoint.as_deref().map(str::trim).filter(|e| !e.is_empty()) {
+                        @if !listing.paused.iter().any(|p| p.endpoint == endpoint) {
+                            p { (action("pause", "Pause this endpoint", "pause".into(), endpoint, None)) }
+                        }
+                    }
+                    h2 { "Jobs" }
+                    @if let Some(count) = retryable.filter(|n| *n > 0) {
+                        form.inline method="post" action="/admin/jobs/retry-all" id="retry-all-form" {
+                            (hidden("endpoint", &query.endpoint))
+                            (hidden("state", &query.state))
+                            (hidden("event_type", &query.event_type))
+                            (hidden("since", &query.since))
+                            (hidden("until", &query.until))
+                            button type="submit" id="retry-all" {
+                                "Retry all " (count) " " (if state.is_empty() { "dead" } else { state.as_str() }) " job(s) matching"
+                            }
+                        }
+                    }
+                    @if listing.jobs.is_empty() {
+                        p id="no-jobs" { "No jobs match." }
+                    } @else {
+                        div.table-wrap {
+                            table id="jobs" {
+                                thead { tr {
+                                    th { "Received (UTC)" } th { "Endpoint" } th { "Delivery id" } th { "State" }
+                                    th { "Attempts" } th { "Next run (UTC)" } th { "Last error" } th { "Actions" }
+                                } }
+                                tbody { @for job in &listing.jobs { (job_row(job)) } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn job_row(job: &QueueJob) -> Markup {
+    let id = format!("{}-{}", encode(&job.endpoint), encode(&job.delivery_id));
+    let retryable = matches!(
+        job.state.as_str(),
+        "queued" | "retrying" | "dead" | "cancelled"
+    );
+    let cancellable = matches!(job.state.as_str(), "queued" | "retrying" | "dead");
+    html! {
+        tr.job {
+            td { (job.received_at) }
+            td { (job.endpoint) }
+            td { a.delivery-link href=(detail_href(&job.endpoint, &job.delivery_id)) { (job.delivery_id) } }
+            td class={ "state-" (job.state) } { (job.state) }
+            td { (job.attempts) }
+            td { (job.next_run_at) }
+            td.error { (job.last_error.as_deref().unwrap_or("")) }
+            td {
+                @if retryable { (action("retry", "Retry", format!("retry-{id}"), &job.endpoint, Some(&job.delivery_id))) }
+                @if cancellable { (action("cancel", "Cancel", format!("cancel-{id}"), &job.endpoint, Some(&job.delivery_id))) }
+            }
+        }
+    }
+}
+
+/// Why a queue form changed nothing.
+pub fn notice(message: &str) -> Markup {
+    layout(
+        "Queue",
+        true,
+        html! {
+            p { a href="/admin/jobs" { "« Queue" } }
+            p.notice id="queue-notice" { (message) }
         },
     )
 }

@@ -6,6 +6,7 @@ mod list;
 mod maintenance;
 mod providers;
 mod purge;
+mod queue;
 mod send;
 mod sign;
 
@@ -70,7 +71,8 @@ enum Command {
     /// GET /readyz (the database answers); GET /metrics (Prometheus text); and, once an
     /// admin token is configured, /admin (the page, /admin/login, /admin/logout) and
     /// its API /admin/deliveries, /admin/deliveries/{endpoint}/{delivery_id},
-    /// /admin/stats and /admin/openapi.json, on `admin_listen` if set.
+    /// /admin/stats, /admin/queue (and its retry, cancel, pause and resume actions)
+    /// and /admin/openapi.json, on `admin_listen` if set.
     #[command(after_help = ENVIRONMENT)]
     Serve,
     /// Apply the pending database migrations and exit.
@@ -88,6 +90,11 @@ enum Command {
     /// The same listing as GET /admin/deliveries: a terminal table, or with --json
     /// the API's JSON ({"items": [...], "next_cursor": ...}).
     List(list::Args),
+    /// Operate the queue of `mode = "queued"` endpoints: list, retry, cancel, pause, resume.
+    ///
+    /// Straight on the database, as the admin API's /admin/queue routes do; every
+    /// retry and cancel is recorded in the delivery's history with --actor.
+    Queue(queue::Args),
     /// List every provider name `provider = "..."` accepts, with what it signs, its key,
     /// timestamp, handshake and retry window (a Markdown table, as in the README).
     Providers,
@@ -191,6 +198,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         Command::Reprocess(args) => maintenance::reprocess(&settings, args).await?,
         Command::Purge(args) => purge::run(&settings, args).await?,
         Command::List(args) => list::run(&settings, args).await?,
+        Command::Queue(args) => queue::run(&settings, args).await?,
         Command::Fixtures { dir } => {
             let written = fixtures::write_all(&dir)?;
             println!(

@@ -10,10 +10,17 @@ use crate::engine::{EngineError, Job, JobOutcome, Operation, OperationError, Ret
 use crate::handlers::Event;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
 use crate::store::queue::QUEUE_CHANNEL;
-use crate::store::{Claimed, DatabaseUrl, DbConn, StoredResponse};
+use crate::store::{Claimed, DatabaseUrl, DbConn, Store, StoredResponse};
+use crate::telemetry::metrics::{self, Attempt, QueueGauges};
 use crate::webhooks::{RunHandlers, Webhooks};
 use actix_web::http::StatusCode;
 use std::time::Duration;
+
+/// How often a process with workers samples the queue's gauges (depth,
+/// oldest age, paused) from the database: Prometheus's default scrape
+/// interval, so that a scrape sees numbers at most that old, for three
+/// small queries per interval whatever the traffic.
+pub const QUEUE_SAMPLE_EVERY: Duration = Duration::from_secs(15);
 
 /// What one pass over the due jobs did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -38,12 +45,28 @@ pub async fn run_due(webhooks: &Webhooks, limit: usize) -> Result<DrainReport, E
         let Some(job) = webhooks.engine().take_job().await? else {
             break;
         };
-        match run_job(webhooks, job).await? {
-            JobOutcome::Done => report.done += 1,
-            JobOutcome::Retrying { .. } => report.retrying += 1,
-            JobOutcome::Dead { .. } => report.dead += 1,
-            JobOutcome::LeaseLost => report.lease_lost += 1,
-        }
+        let (endpoint, received_at) = (job.taken().endpoint.clone(), job.taken().received_at);
+        let attempt = match run_job(webhooks, job).await? {
+            JobOutcome::Done => {
+                report.done += 1;
+                let now = webhooks.engine().store().clock().naive_now();
+                let since_receipt = (now - received_at).to_std().unwrap_or_default();
+                Attempt::Done { since_receipt }
+            }
+            JobOutcome::Retrying { .. } => {
+                report.retrying += 1;
+                Attempt::Retrying
+            }
+            JobOutcome::Dead { .. } => {
+                report.dead += 1;
+                Attempt::Dead
+            }
+            JobOutcome::LeaseLost => {
+                report.lease_lost += 1;
+                Attempt::LeaseLost
+            }
+        };
+        metrics::queue_attempt(&endpoint, attempt);
     }
     Ok(report)
 }
@@ -143,13 +166,14 @@ pub struct QueueWorkers {
     stop: tokio::sync::watch::Sender<bool>,
     threads: Vec<std::thread::JoinHandle<()>>,
     listener: Option<tokio::task::JoinHandle<()>>,
+    gauges: tokio::task::JoinHandle<()>,
 }
 
 impl QueueWorkers {
     /// Starts `count` workers, each on a thread of its own driven by the
     /// caller's runtime (as the reconciler is: handlers' futures are not
-    /// `Send`), and on PostgreSQL one listener for other instances' jobs.
-    /// `None` when no endpoint is queued.
+    /// `Send`), on PostgreSQL one listener for other instances' jobs, and
+    /// the sampler of the queue's gauges. `None` when no endpoint is queued.
     pub fn spawn(
         webhooks: Webhooks,
         count: usize,
@@ -166,6 +190,15 @@ impl QueueWorkers {
             }
             DatabaseUrl::Sqlite(_) => None,
         };
+        let queued = webhooks
+            .endpoints()
+            .filter(|e| e.queue.is_some())
+            .map(|e| e.name.clone());
+        let gauges = runtime.spawn(sample_gauges(
+            QueueGauges::new(queued),
+            webhooks.engine().store().clone(),
+            stopped.clone(),
+        ));
         let threads = (0..count)
             .map(|n| {
                 let (webhooks, stopped, runtime) =
@@ -180,6 +213,7 @@ impl QueueWorkers {
             stop,
             threads,
             listener,
+            gauges,
         }))
     }
 
@@ -189,6 +223,7 @@ impl QueueWorkers {
         if let Some(listener) = self.listener {
             listener.abort();
         }
+        self.gauges.abort();
         for thread in self.threads {
             if tokio::task::spawn_blocking(move || thread.join())
                 .await
@@ -217,6 +252,28 @@ async fn work(webhooks: Webhooks, poll: Duration, mut stopped: tokio::sync::watc
             _ = stopped.changed() => return,
             () = wake.notified() => {}
             () = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Samples the queue's gauges now and every [`QUEUE_SAMPLE_EVERY`], until
+/// stopped. A failed sample keeps the last numbers: the database's outage
+/// is `/readyz`'s and the workers' to report, once per attempt rather than
+/// again here.
+async fn sample_gauges(
+    mut gauges: QueueGauges,
+    store: Store,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        match tokio::time::timeout(QUEUE_SAMPLE_EVERY, gauges.sample(&store)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::debug!(%error, "could not sample the queue's gauges"),
+            Err(_) => tracing::debug!("sampling the queue's gauges timed out"),
+        }
+        tokio::select! {
+            _ = stopped.changed() => return,
+            () = tokio::time::sleep(QUEUE_SAMPLE_EVERY) => {}
         }
     }
 }

@@ -70,13 +70,23 @@ pub struct ExpiredKey {
 /// that each backend's arm of `with_conn!` gets its own typed copy. A
 /// completed row has no lease (`NULL`), so `lease_expires_at <= now` only
 /// ever admits `in_progress` rows, and only those whose lease ran out.
+/// A queued delivery whose job has not finished is never expired: its key
+/// is what keeps a redelivery from queueing it twice.
 macro_rules! expired {
     ($expiry:expr) => {
-        dsl::received_at.le($expiry.cutoff).and(
-            dsl::status
-                .eq(COMPLETED)
-                .or(dsl::lease_expires_at.le($expiry.now)),
-        )
+        dsl::received_at
+            .le($expiry.cutoff)
+            .and(
+                dsl::status
+                    .eq(COMPLETED)
+                    .or(dsl::lease_expires_at.le($expiry.now)),
+            )
+            .and(diesel::dsl::not(diesel::dsl::exists(
+                super::schema::queue_jobs::table
+                    .filter(super::schema::queue_jobs::endpoint.eq(dsl::endpoint))
+                    .filter(super::schema::queue_jobs::delivery_id.eq(dsl::delivery_id))
+                    .filter(super::schema::queue_jobs::state.eq_any(super::queue::UNFINISHED)),
+            )))
     };
 }
 
@@ -141,6 +151,22 @@ impl DbConn {
                     .filter(dsl::delivery_id.eq_any(delivery_ids))
                     .filter(dsl::status.eq(kind.status()))
                     .filter(expired!(expiry)),
+            )
+            .execute(c)
+            .await
+        })?;
+        // A forgotten key's finished job goes with it.
+        with_conn!(self, |c| {
+            use super::schema::queue_jobs::dsl as jobs;
+            diesel::delete(
+                jobs::queue_jobs
+                    .filter(jobs::endpoint.eq(scope))
+                    .filter(jobs::delivery_id.eq_any(delivery_ids))
+                    .filter(diesel::dsl::not(diesel::dsl::exists(
+                        deliveries::table
+                            .filter(dsl::endpoint.eq(jobs::endpoint))
+                            .filter(dsl::delivery_id.eq(jobs::delivery_id)),
+                    ))),
             )
             .execute(c)
             .await

@@ -19,6 +19,9 @@ pub const DONE: &str = "done";
 pub const DEAD: &str = "dead";
 pub const CANCELLED: &str = "cancelled";
 
+/// The states of a job whose handlers may still run.
+pub const UNFINISHED: [&str; 3] = [QUEUED, RUNNING, RETRYING];
+
 /// The PostgreSQL channel workers `LISTEN` on.
 pub const QUEUE_CHANNEL: &str = "idempotent_receiver_queue";
 
@@ -68,6 +71,16 @@ pub struct JobRow {
     pub event_time: Option<NaiveDateTime>,
     pub received_at: NaiveDateTime,
     pub finished_at: Option<NaiveDateTime>,
+}
+
+/// A paused endpoint as operators see it.
+#[derive(Queryable, Selectable, Debug, Clone, PartialEq, Eq)]
+#[diesel(table_name = queue_pauses)]
+#[diesel(check_for_backend(diesel::pg::Pg, diesel::sqlite::Sqlite))]
+pub struct PauseRow {
+    pub endpoint: String,
+    pub paused_at: NaiveDateTime,
+    pub actor: Option<String>,
 }
 
 /// Which jobs an operator's list, retry or cancel applies to.
@@ -398,10 +411,24 @@ impl DbConn {
         })?)
     }
 
-    /// How many jobs each endpoint has in each state.
+    /// The paused endpoints with when and by whom, by endpoint.
+    pub async fn pauses(&mut self) -> Result<Vec<PauseRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            queue_pauses::table
+                .select(PauseRow::as_select())
+                .order(queue_pauses::endpoint)
+                .load(c)
+                .await
+        })?)
+    }
+
+    /// How many jobs each endpoint has in each unfinished state (queued,
+    /// running, retrying, dead). Done and cancelled jobs are left out: they
+    /// pile up until purged, and counting them would read them all.
     pub async fn queue_depth(&mut self) -> Result<Vec<(String, String, i64)>, StoreError> {
         Ok(with_conn!(self, |c| {
             queue_jobs::table
+                .filter(queue_jobs::state.eq_any([QUEUED, RUNNING, RETRYING, DEAD]))
                 .group_by((queue_jobs::endpoint, queue_jobs::state))
                 .select((
                     queue_jobs::endpoint,

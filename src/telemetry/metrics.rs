@@ -15,13 +15,13 @@
 
 use crate::bearer;
 use crate::secret::Secret;
-use crate::store::{Backend, Store};
+use crate::store::{Backend, Store, StoreError};
 use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse, web};
 use metrics::{Counter, Histogram, Label};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
@@ -45,6 +45,12 @@ pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
 pub const POOL_WAITING: &str = "ir_db_pool_waiting";
 pub const REPLAY_CACHE_ENTRIES: &str = "ir_replay_cache_entries";
 pub const ADMIN_LOGIN_LIMITED: &str = "ir_admin_login_limited_total";
+pub const QUEUE_JOBS: &str = "ir_queue_jobs";
+pub const QUEUE_OLDEST_AGE: &str = "ir_queue_oldest_age_seconds";
+pub const QUEUE_PAUSED: &str = "ir_queue_paused";
+pub const QUEUE_ATTEMPTS: &str = "ir_queue_attempts_total";
+pub const QUEUE_DEAD: &str = "ir_queue_dead_total";
+pub const QUEUE_COMPLETION_SECONDS: &str = "ir_queue_completion_seconds";
 
 /// The environment variable that sets `metrics_token`.
 pub const TOKEN_ENV: &str = "IR_METRICS_TOKEN";
@@ -57,6 +63,14 @@ pub const CONTENT_TYPE_PROMETHEUS: &str = "text/plain; version=0.0.4; charset=ut
 /// the upper end covers `in_progress_wait` (5 s) and slow forwarders.
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Buckets of the queue's completion histogram, in seconds: a job run at
+/// once ends within a second, a retried one minutes to hours later, and
+/// `max_age` defaults to three days.
+const COMPLETION_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0,
+    259200.0,
 ];
 
 /// How often histogram samples are folded into their buckets when nobody
@@ -92,13 +106,17 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
-            let builder = PrometheusBuilder::new();
-            // `set_buckets` only fails for an empty list, and ours is a
-            // non-empty constant; fall back to summaries rather than panic.
-            let builder = match builder.set_buckets(LATENCY_BUCKETS) {
-                Ok(builder) => builder,
-                Err(_) => PrometheusBuilder::new(),
-            };
+            // `set_buckets*` only fail for an empty list, and ours are
+            // non-empty constants; fall back to summaries rather than panic.
+            let builder = PrometheusBuilder::new()
+                .set_buckets(LATENCY_BUCKETS)
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full(QUEUE_COMPLETION_SECONDS.to_owned()),
+                        COMPLETION_BUCKETS,
+                    )
+                })
+                .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
             if ::metrics::set_global_recorder(recorder).is_err() {
@@ -205,6 +223,32 @@ fn describe() {
         ADMIN_LOGIN_LIMITED,
         "Admin credentials refused unexamined after too many failures, by scope (address, global)."
     );
+    describe_gauge!(
+        QUEUE_JOBS,
+        "Queued endpoints' unfinished jobs, by state (queued, running, retrying, dead), sampled from the database."
+    );
+    describe_gauge!(
+        QUEUE_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of each queued endpoint's oldest job not yet done or dead (0 when none waits), sampled from the database."
+    );
+    describe_gauge!(
+        QUEUE_PAUSED,
+        "1 while an operator has paused the endpoint's processing, else 0."
+    );
+    describe_counter!(
+        QUEUE_ATTEMPTS,
+        "Queued jobs' attempts run by this process, by outcome (done, retrying, dead, lease_lost)."
+    );
+    describe_counter!(
+        QUEUE_DEAD,
+        "Queued jobs that became dead in this process: attempts or age ran out, or the event was refused."
+    );
+    describe_histogram!(
+        QUEUE_COMPLETION_SECONDS,
+        Unit::Seconds,
+        "Time from a queued delivery's receipt to its job ending done, retries included."
+    );
 }
 
 /// The outcomes a delivery's latency is recorded under.
@@ -309,6 +353,57 @@ impl EndpointHandles {
     }
 }
 
+/// How a queued job's attempt ended, as counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// The job is done, `since_receipt` after its delivery was received.
+    Done {
+        since_receipt: Duration,
+    },
+    Retrying,
+    Dead,
+    /// Another worker took the job after this one's lease ran out.
+    LeaseLost,
+}
+
+/// The outcomes attempts are counted under.
+const ATTEMPTS: [&str; 4] = ["done", "retrying", "dead", "lease_lost"];
+
+impl Attempt {
+    pub fn label(self) -> &'static str {
+        ATTEMPTS[self.index()]
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Attempt::Done { .. } => 0,
+            Attempt::Retrying => 1,
+            Attempt::Dead => 2,
+            Attempt::LeaseLost => 3,
+        }
+    }
+}
+
+/// What the workers count for one queued endpoint, made once per endpoint.
+struct QueueHandles {
+    /// By outcome, in the order of [`ATTEMPTS`].
+    attempts: [Counter; ATTEMPTS.len()],
+    dead: Counter,
+    completion: Histogram,
+}
+
+impl QueueHandles {
+    fn new(endpoint: &str) -> QueueHandles {
+        QueueHandles {
+            attempts: ATTEMPTS.map(|outcome| {
+                ::metrics::counter!(QUEUE_ATTEMPTS, "endpoint" => endpoint.to_owned(), "outcome" => outcome)
+            }),
+            dead: ::metrics::counter!(QUEUE_DEAD, "endpoint" => endpoint.to_owned()),
+            completion: ::metrics::histogram!(QUEUE_COMPLETION_SECONDS, "endpoint" => endpoint.to_owned()),
+        }
+    }
+}
+
 /// The handles of every metric the receiver records. Made by [`install`],
 /// so that no handle is taken from the no-op recorder that stands in
 /// before it.
@@ -319,6 +414,7 @@ impl EndpointHandles {
 /// below that records through it.
 struct Handles {
     endpoints: Made<String, Arc<EndpointHandles>>,
+    queues: Made<String, Arc<QueueHandles>>,
     lease_takeovers: Counter,
     purged_completed: Counter,
     purged_abandoned: Counter,
@@ -337,6 +433,7 @@ impl Handles {
     fn new() -> Handles {
         Handles {
             endpoints: Made::default(),
+            queues: Made::default(),
             lease_takeovers: ::metrics::counter!(LEASE_TAKEOVERS),
             purged_completed: ::metrics::counter!(PURGE_DELETED, "kind" => "completed"),
             purged_abandoned: ::metrics::counter!(PURGE_DELETED, "kind" => "abandoned"),
@@ -505,6 +602,109 @@ pub fn admin_login_limited(scope: &'static str) {
                 || ::metrics::counter!(ADMIN_LOGIN_LIMITED, "scope" => scope),
             )
             .increment(1);
+    }
+}
+
+/// A queued job's attempt ended. The endpoint is the job's, a configured
+/// name, so the label stays bounded.
+pub fn queue_attempt(endpoint: &str, attempt: Attempt) {
+    let Some(h) = handles() else {
+        return;
+    };
+    let queue = h
+        .queues
+        .get(endpoint, || Arc::new(QueueHandles::new(endpoint)));
+    queue.attempts[attempt.index()].increment(1);
+    match attempt {
+        Attempt::Done { since_receipt } => queue.completion.record(since_receipt.as_secs_f64()),
+        Attempt::Dead => queue.dead.increment(1),
+        Attempt::Retrying | Attempt::LeaseLost => {}
+    }
+}
+
+/// The job states whose counts are the queue's depth. `done` and
+/// `cancelled` jobs are history, not depth.
+const DEPTH_STATES: [&str; 4] = [
+    crate::store::queue::QUEUED,
+    crate::store::queue::RUNNING,
+    crate::store::queue::RETRYING,
+    crate::store::queue::DEAD,
+];
+
+/// The queue's gauges (depth, oldest age, paused), set from the database by
+/// [`QueueGauges::sample`]. The workers' process samples every few seconds
+/// (see `maintenance::queue`), so that neither a delivery nor a scrape runs
+/// these queries: `/metrics` renders what the last sample set, and an
+/// unauthenticated scraper cannot make the database work.
+///
+/// The queue is shared: every instance reports the same numbers.
+#[derive(Debug, Default)]
+pub struct QueueGauges {
+    /// The endpoints set at every sample, zero when they have no jobs: the
+    /// configured queued endpoints, and every endpoint a sample saw, so
+    /// that a count that fell to nothing is set to 0 rather than left.
+    endpoints: BTreeSet<String>,
+}
+
+impl QueueGauges {
+    /// Gauges for `endpoints` (the configured queued ones) from the start.
+    pub fn new(endpoints: impl IntoIterator<Item = String>) -> QueueGauges {
+        QueueGauges {
+            endpoints: endpoints.into_iter().collect(),
+        }
+    }
+
+    /// Reads the depth, the oldest waiting job and the paused endpoints, and
+    /// sets the gauges; ages are by `store`'s clock. Nothing is read before
+    /// [`install`]: there is nowhere to show it.
+    pub async fn sample(&mut self, store: &Store) -> Result<(), StoreError> {
+        if handles().is_none() {
+            return Ok(());
+        }
+        let (depth, oldest, paused) = {
+            let mut conn = store.conn().await?;
+            (
+                conn.queue_depth().await?,
+                conn.oldest_waiting().await?,
+                conn.paused().await?,
+            )
+        };
+        let now = store.clock().naive_now();
+        let seen = depth
+            .iter()
+            .map(|(endpoint, _, _)| endpoint)
+            .chain(oldest.iter().map(|(endpoint, _)| endpoint))
+            .chain(&paused);
+        self.endpoints.extend(seen.cloned());
+        let count = |endpoint: &str, state: &str| {
+            depth
+                .iter()
+                .find(|(e, s, _)| e == endpoint && s == state)
+                .map_or(0, |(_, _, n)| *n)
+        };
+        for endpoint in &self.endpoints {
+            for state in DEPTH_STATES {
+                ::metrics::gauge!(QUEUE_JOBS, "endpoint" => endpoint.clone(), "state" => state)
+                    .set(count(endpoint, state) as f64);
+            }
+            let age = oldest
+                .iter()
+                .find(|(e, _)| e == endpoint)
+                .and_then(|(_, received_at)| *received_at)
+                .map_or(0.0, |received_at| {
+                    // A job received "after" now (clocks of two instances
+                    // apart) is not negative age.
+                    ((now - received_at).num_milliseconds().max(0) as f64) / 1000.0
+                });
+            ::metrics::gauge!(QUEUE_OLDEST_AGE, "endpoint" => endpoint.clone()).set(age);
+            let is_paused = paused.iter().any(|p| p == endpoint);
+            ::metrics::gauge!(QUEUE_PAUSED, "endpoint" => endpoint.clone()).set(if is_paused {
+                1.0
+            } else {
+                0.0
+            });
+        }
+        Ok(())
     }
 }
 

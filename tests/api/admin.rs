@@ -311,10 +311,17 @@ both_backends_with!(admin;
                 "/admin/deliveries/{endpoint}/{delivery_id}",
                 "/admin/stats",
                 "/admin/openapi.json",
+                "/admin/queue",
+                "/admin/queue/retry",
+                "/admin/queue/{endpoint}/{delivery_id}/retry",
+                "/admin/queue/{endpoint}/{delivery_id}/cancel",
+                "/admin/queue/{endpoint}/pause",
+                "/admin/queue/{endpoint}/resume",
             ])
         );
         for path in &paths {
-            assert_eq!(document["paths"][path]["get"]["security"], json!([{"bearer": []}]), "{path}");
+            let method = if document["paths"][path]["get"].is_object() { "get" } else { "post" };
+            assert_eq!(document["paths"][path][method]["security"], json!([{"bearer": []}]), "{path}");
         }
         assert_eq!(document["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
         let parameters: Vec<&str> = document["paths"]["/admin/deliveries"]["get"]["parameters"]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
 
 /// Runs the binary over `app`'s database, with no configuration file.
-fn run(app: &TestApp, data_dir: &std::path::Path, args: &[&str]) -> Output {
+pub fn run(app: &TestApp, data_dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .current_dir(data_dir)
@@ -23,7 +23,7 @@ fn run(app: &TestApp, data_dir: &std::path::Path, args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
         "{}{}",

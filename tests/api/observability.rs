@@ -30,18 +30,18 @@ struct Sample {
 }
 
 /// A scrape of `/metrics`: the text and its samples.
-struct Scrape {
-    text: String,
+pub(crate) struct Scrape {
+    pub(crate) text: String,
     samples: Vec<Sample>,
 }
 
 impl Scrape {
     /// The sum of the samples of `name` whose labels include `labels`.
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.matching(name, labels).map(|s| s.value).sum()
     }
 
-    fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
+    pub(crate) fn has(&self, name: &str, labels: &[(&str, &str)]) -> bool {
         self.matching(name, labels).next().is_some()
     }
 
@@ -109,7 +109,7 @@ fn parse_metrics(text: &str) -> Vec<Sample> {
     samples
 }
 
-async fn scrape(app: &TestApp) -> Scrape {
+pub(crate) async fn scrape(app: &TestApp) -> Scrape {
     let response = app
         .client
         .get(format!("{}/metrics", app.address))
@@ -129,7 +129,7 @@ async fn scrape(app: &TestApp) -> Scrape {
     }
 }
 
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     format!(
         "{prefix}{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]

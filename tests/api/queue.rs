@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Fails its first `n` calls.
-struct FailFirst(AtomicUsize);
+pub(crate) struct FailFirst(pub(crate) AtomicUsize);
 
 #[async_trait::async_trait(?Send)]
 impl Handler for FailFirst {
@@ -240,5 +240,37 @@ both_backends_with! { with_workers;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(app.ledger_rows().await, 5);
+    }
+}
+
+both_backends_with! { plain;
+    async fn a_key_whose_job_has_not_run_outlives_its_retention(app) {
+        use idempotent_receiver::maintenance::{PurgeOptions, purge};
+        let purge_now = || async {
+            let options = PurgeOptions { batch: 100, pause: Duration::from_millis(1), dry_run: false };
+            purge(&app.store, &app.settings.retention_policy(), &options).await.unwrap()
+        };
+        let now = app.clock.now().naive_utc();
+        app.store.conn().await.unwrap().pause("q", "ops", now).await.unwrap();
+        let body = payment("pay_qkeep", 100);
+        assert_eq!(app.deliver_to("q", "msg_qkeep", &body).await.status(), 202);
+        // Past the 72 h retention with its job still queued (the endpoint
+        // is paused): the purge keeps the key, and a redelivery finds the
+        // same job (one row per key) rather than a second one.
+        app.clock.advance(Duration::from_secs(73 * 3600));
+        purge_now().await;
+        assert_eq!(app.count("deliveries").await, 1);
+        let again = app.deliver_to("q", "msg_qkeep", &body).await;
+        assert_eq!(again.status(), 202);
+        assert_eq!(app.count("queue_jobs").await, 1);
+
+        // Once run, the key and its job are purged like any other.
+        app.store.conn().await.unwrap().resume("q").await.unwrap();
+        assert_eq!(run_due(&app.webhooks, 100).await.unwrap().done, 1);
+        assert_eq!(app.ledger_rows().await, 1);
+        app.clock.advance(Duration::from_secs(73 * 3600));
+        purge_now().await;
+        assert_eq!(app.count("deliveries").await, 0);
+        assert_eq!(app.count("queue_jobs").await, 0);
     }
 }

@@ -11,7 +11,10 @@
 mod checks;
 mod postgres;
 mod provider;
+mod queued;
 mod server;
+#[path = "../support/slow_downstream.rs"]
+mod slow_downstream;
 #[path = "../support/test_schema.rs"]
 mod test_schema;
 

@@ -23,6 +23,8 @@ CREATE TABLE queue_jobs (
 -- What workers look for: due jobs, oldest first.
 CREATE INDEX queue_jobs_due ON queue_jobs (next_run_at) WHERE state IN ('queued', 'retrying', 'running');
 CREATE INDEX queue_jobs_ordering ON queue_jobs (endpoint, ordering_key) WHERE ordering_key IS NOT NULL;
+-- What the queue gauges count: the jobs not yet done or cancelled.
+CREATE INDEX queue_jobs_unfinished ON queue_jobs (endpoint, state) WHERE state IN ('queued', 'running', 'retrying', 'dead');
 
 -- Endpoints whose processing an operator paused: deliveries are still
 -- acknowledged and queued; workers leave them alone.

@@ -7,7 +7,9 @@ use crate::duration_text::format_duration;
 use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
-use crate::maintenance::{PurgeTask, QueueWorkers, ReconcileTask, short_retentions};
+use crate::maintenance::{
+    PurgeTask, QueueWorkers, ReconcileTask, short_retentions, spawn_notifier,
+};
 use crate::payments;
 use crate::problem;
 use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
@@ -337,6 +339,7 @@ impl Application {
         // running when it does.
         let reconciler = self.reconcile.map(ReconcileTask::spawn).transpose()?;
         let (webhooks, count, poll) = self.queue;
+        let notifier = spawn_notifier(webhooks.clone());
         let workers = QueueWorkers::spawn(webhooks, count, poll)?;
         let purge = self.purge.map(PurgeTask::spawn);
         // The admin server lives as long as the main one, and no longer.
@@ -353,6 +356,9 @@ impl Application {
         }
         if let Some(workers) = workers {
             workers.stop().await;
+        }
+        if let Some(notifier) = notifier {
+            notifier.abort();
         }
         if let Some((task, handle)) = admin {
             handle.stop(true).await;

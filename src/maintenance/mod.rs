@@ -22,7 +22,7 @@ mod schedule;
 
 pub use policy::RetentionPolicy;
 pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge};
-pub use queue::{DrainReport, QUEUE_SAMPLE_EVERY, QueueWorkers, run_due};
+pub use queue::{DrainReport, QUEUE_SAMPLE_EVERY, QueueWorkers, run_due, spawn_notifier};
 pub use reconcile::{ReconcileReport, ReconcileTask, Reconciler, reconcile};
 pub use report::{PurgeReport, ScopeCounts};
 pub use reprocess::{ReprocessError, reprocess};

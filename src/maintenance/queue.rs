@@ -45,6 +45,9 @@ pub async fn run_due(webhooks: &Webhooks, limit: usize) -> Result<DrainReport, E
         let Some(job) = webhooks.engine().take_job().await? else {
             break;
         };
+        // More may be due: let another idle worker of this process look,
+        // so that one wake-up on a backlog sets them all to work.
+        webhooks.queue_wake().notify_one();
         let (endpoint, received_at) = (job.taken().endpoint.clone(), job.taken().received_at);
         let attempt = match run_job(webhooks, job).await? {
             JobOutcome::Done => {
@@ -321,4 +324,31 @@ async fn listen(url: String, webhooks: Webhooks, mut stopped: tokio::sync::watch
             }
         }
     }
+}
+
+/// Tells other instances' workers, through PostgreSQL's `NOTIFY`, that this
+/// process committed jobs: after the commits, at most once per
+/// `NOTIFY_EVERY`, on a connection of its own. Runs in every `serve` process
+/// with a queued endpoint on PostgreSQL, whether or not it has workers.
+pub fn spawn_notifier(webhooks: Webhooks) -> Option<tokio::task::JoinHandle<()>> {
+    const NOTIFY_EVERY: Duration = Duration::from_millis(20);
+    let postgres = matches!(webhooks.engine().store().url(), DatabaseUrl::Postgres(_));
+    if !postgres || !webhooks.endpoints().any(|e| e.queue.is_some()) {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let enqueued = webhooks.queue_enqueued().clone();
+        loop {
+            enqueued.notified().await;
+            // Jobs committed in the next moment share this notification.
+            tokio::time::sleep(NOTIFY_EVERY).await;
+            let sent = match webhooks.engine().store().conn().await {
+                Ok(mut conn) => conn.notify_queue().await,
+                Err(e) => Err(e),
+            };
+            if let Err(error) = sent {
+                tracing::warn!(%error, "could not notify other instances of new jobs; they poll");
+            }
+        }
+    }))
 }

@@ -98,8 +98,11 @@ impl Operation for Enqueue {
             event_time: self.event_time(),
             received_at: self.event.received_at,
         };
+        // Other instances are told after the commit, by the notifier
+        // (`maintenance::queue`): a NOTIFY inside this transaction would
+        // make every enqueue's commit wait its turn on PostgreSQL's one
+        // notification queue lock.
         conn.enqueue(&job).await.map_err(OperationError::Store)?;
-        conn.notify_queue().await.map_err(OperationError::Store)?;
         let body = json!({
             "status": "queued",
             "endpoint": self.event.endpoint,

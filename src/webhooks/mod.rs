@@ -56,6 +56,8 @@ pub struct Webhooks {
     clock: SharedClock,
     /// Wakes this process's queue workers when a job was committed.
     queue_wake: Arc<tokio::sync::Notify>,
+    /// Tells the notifier that a job was committed, for other instances.
+    queue_enqueued: Arc<tokio::sync::Notify>,
 }
 
 impl Webhooks {
@@ -69,6 +71,7 @@ impl Webhooks {
             engine,
             endpoints: Arc::new(endpoints),
             queue_wake: Arc::default(),
+            queue_enqueued: Arc::default(),
         }
     }
 
@@ -97,6 +100,11 @@ impl Webhooks {
     /// What this process's queue workers wait on between jobs.
     pub fn queue_wake(&self) -> &Arc<tokio::sync::Notify> {
         &self.queue_wake
+    }
+
+    /// What the notifier waits on to tell other instances of new jobs.
+    pub fn queue_enqueued(&self) -> &Arc<tokio::sync::Notify> {
+        &self.queue_enqueued
     }
 
     /// Registers `POST /webhooks/{endpoint}` on an actix app or scope.
@@ -321,6 +329,7 @@ async fn process_one(
         Ok(result) => {
             if endpoint.queue.is_some() && matches!(result, Ok(Outcome::Fresh(_))) {
                 webhooks.queue_wake.notify_one();
+                webhooks.queue_enqueued.notify_one();
             }
             Some((key, result))
         }

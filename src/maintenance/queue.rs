@@ -136,14 +136,6 @@ struct Refuse(String);
 
 #[async_trait::async_trait(?Send)]
 impl Operation for Refuse {
-    fn has_external_effects(&self) -> bool {
-        false
-    }
-
-    async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
-        Ok(())
-    }
-
     async fn run(
         &self,
         _conn: &mut DbConn,

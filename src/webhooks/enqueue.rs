@@ -77,14 +77,6 @@ pub fn event_time(value: &Value) -> Option<NaiveDateTime> {
 
 #[async_trait::async_trait(?Send)]
 impl Operation for Enqueue {
-    fn has_external_effects(&self) -> bool {
-        false
-    }
-
-    async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
-        Ok(())
-    }
-
     async fn run(
         &self,
         conn: &mut DbConn,

@@ -8,10 +8,11 @@ use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
 use crate::maintenance::{
-    PurgeTask, QueueWorkers, ReconcileTask, short_retentions, spawn_notifier,
+    PurgeTask, QueueWorkers, ReconcileTask, Relay, RelaySettings, short_retentions, spawn_notifier,
 };
 use crate::payments;
 use crate::problem;
+use crate::publishers::PublisherSettings;
 use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
 use crate::telemetry::{self, request_id::RequestIds};
 use crate::webhooks::{Endpoint, Webhooks};
@@ -121,8 +122,11 @@ pub fn webhooks(
     store: Store,
     registry: &Registry,
 ) -> Result<Webhooks, ConfigError> {
+    let registry = registry
+        .clone()
+        .with_forwarders(&settings.forwarders)
+        .with_publishers(&settings.publishers, store.clock());
     let engine = engine(settings, store);
-    let registry = registry.clone().with_forwarders(&settings.forwarders);
     let registry = &registry;
     let mut endpoints = Vec::new();
     for endpoint in &settings.endpoints {
@@ -160,6 +164,8 @@ pub struct Application {
     reconcile: Option<ReconcileTask>,
     /// The queue workers' settings, started with the server.
     queue: (Webhooks, usize, Duration),
+    /// The outbox relay's publishers and settings, started with the server.
+    relay: (Vec<PublisherSettings>, RelaySettings),
     /// The admin surface's own server, when `admin_listen` is set.
     admin: Option<(Server, u16)>,
 }
@@ -221,6 +227,7 @@ impl Application {
             settings.queue_workers,
             settings.queue_poll,
         );
+        let relay = (settings.publishers.clone(), settings.relay.clone());
         let health_store = store.clone();
         let idempotency = idempotency(settings, webhooks.engine().clone());
         let metrics_handle = telemetry::metrics::install();
@@ -310,6 +317,7 @@ impl Application {
             purge,
             reconcile,
             queue,
+            relay,
             admin,
         })
     }
@@ -339,6 +347,13 @@ impl Application {
         // running when it does.
         let reconciler = self.reconcile.map(ReconcileTask::spawn).transpose()?;
         let (webhooks, count, poll) = self.queue;
+        let (publishers, relay_settings) = self.relay;
+        let relay = Relay::spawn(
+            self.store.clone(),
+            &publishers,
+            relay_settings,
+            webhooks.outbox_signal().clone(),
+        );
         let notifier = spawn_notifier(webhooks.clone());
         let workers = QueueWorkers::spawn(webhooks, count, poll)?;
         let purge = self.purge.map(PurgeTask::spawn);
@@ -356,6 +371,10 @@ impl Application {
         }
         if let Some(workers) = workers {
             workers.stop().await;
+        }
+        // After the workers: their last jobs may have written publications.
+        if let Some(relay) = relay {
+            relay.stop().await;
         }
         if let Some(notifier) = notifier {
             notifier.abort();

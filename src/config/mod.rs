@@ -12,6 +12,7 @@ mod endpoints;
 mod error;
 mod forwarders;
 mod idempotency;
+mod publishers;
 mod purge;
 #[cfg(test)]
 mod tests;
@@ -23,7 +24,8 @@ use crate::client_keys::IdempotencySettings;
 use crate::engine::EngineOptions;
 use crate::environment::{Env, process_env};
 use crate::handlers::ForwarderSettings;
-use crate::maintenance::{PurgeSettings, RetentionPolicy};
+use crate::maintenance::{PurgeSettings, RelaySettings, RetentionPolicy};
+use crate::publishers::PublisherSettings;
 use crate::store::{DatabaseUrl, ReplayCacheOptions, StoreOptions};
 use crate::telemetry::metrics::MetricsSettings;
 use crate::webhooks::EndpointSettings;
@@ -69,6 +71,10 @@ pub struct Settings {
     pub idempotency: IdempotencySettings,
     /// `[forwarders.NAME]`: `forward` handlers, usable in `handlers = [...]`.
     pub forwarders: Vec<ForwarderSettings>,
+    /// `[publishers.NAME]`: `publish:NAME` handlers and the relay's brokers.
+    pub publishers: Vec<PublisherSettings>,
+    /// The relay: `outbox_poll`, `outbox_lease`, `outbox_batch`.
+    pub relay: RelaySettings,
     /// How often claims abandoned past their lease are reconciled ("0": never).
     pub reconcile_interval: Duration,
     /// Queue workers per `serve` process, for the queued endpoints.
@@ -110,6 +116,11 @@ struct RawSettings {
     idempotency: idempotency::RawIdempotency,
     #[serde(default)]
     forwarders: BTreeMap<String, forwarders::RawForwarder>,
+    #[serde(default)]
+    publishers: BTreeMap<String, toml::Table>,
+    outbox_poll: Option<String>,
+    outbox_lease: Option<String>,
+    outbox_batch: Option<usize>,
     reconcile_interval: Option<String>,
     queue_workers: Option<usize>,
     queue_poll: Option<String>,
@@ -118,6 +129,23 @@ struct RawSettings {
     admin_listen: Option<String>,
     admin_login: Option<RawLoginLimits>,
     metrics_token: Option<String>,
+}
+
+/// `outbox_poll`, `outbox_lease` and `outbox_batch`.
+fn relay(raw: &RawSettings, source: Source<'_>) -> Result<RelaySettings, ConfigError> {
+    let defaults = RelaySettings::default();
+    let relay = RelaySettings {
+        poll: source.duration("outbox_poll", raw.outbox_poll.as_ref(), defaults.poll)?,
+        lease: source.duration("outbox_lease", raw.outbox_lease.as_ref(), defaults.lease)?,
+        batch: raw.outbox_batch.unwrap_or(defaults.batch),
+    };
+    if relay.batch == 0 || relay.batch > 10_000 {
+        return Err(source.invalid("outbox_batch", "expected 1 to 10000"));
+    }
+    if relay.lease.is_zero() {
+        return Err(source.invalid("outbox_lease", "must be above zero"));
+    }
+    Ok(relay)
 }
 
 impl Settings {
@@ -159,6 +187,7 @@ impl Settings {
         let store = StoreOptions::default();
         let replay_cache = ReplayCacheOptions::default();
 
+        let relay = relay(&raw, source)?;
         let data_dir = env("IR_DATA_DIR")
             .map(PathBuf::from)
             .or(raw.data_dir)
@@ -221,6 +250,8 @@ impl Settings {
                 source,
             )?,
             forwarders: forwarders::parse(&raw.forwarders, source)?,
+            publishers: publishers::parse(&raw.publishers, source, env)?,
+            relay,
             shutdown_grace: source.duration(
                 "shutdown_grace",
                 raw.shutdown_grace.as_ref(),

@@ -2,10 +2,12 @@
 
 mod forward;
 mod payments;
+pub mod publish;
 mod record;
 
 pub use forward::{Forward, ForwarderSettings};
 pub use payments::Payments;
+pub use publish::Publish;
 pub use record::Record;
 
 use crate::store::DbConn;
@@ -140,6 +142,19 @@ impl Registry {
     pub fn with_forwarders(mut self, forwarders: &[ForwarderSettings]) -> Registry {
         for f in forwarders {
             self = self.with(&f.name, Forward::new(&f.url, f.timeout, f.retries));
+        }
+        self
+    }
+
+    /// Adds a `publish:NAME` handler per `[publishers.NAME]` table.
+    pub fn with_publishers(
+        mut self,
+        publishers: &[crate::publishers::PublisherSettings],
+        clock: &crate::clock::SharedClock,
+    ) -> Registry {
+        for p in publishers {
+            let name = format!("{}{}", publish::PREFIX, p.name);
+            self = self.with(&name, Publish::new(p, clock.clone()));
         }
         self
     }

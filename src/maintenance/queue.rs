@@ -52,6 +52,9 @@ pub async fn run_due(webhooks: &Webhooks, limit: usize) -> Result<DrainReport, E
         let attempt = match run_job(webhooks, job).await? {
             JobOutcome::Done => {
                 report.done += 1;
+                if webhooks.endpoint(&endpoint).is_some_and(|e| e.publishes()) {
+                    webhooks.outbox_signal().committed();
+                }
                 let now = webhooks.engine().store().clock().naive_now();
                 let since_receipt = (now - received_at).to_std().unwrap_or_default();
                 Attempt::Done { since_receipt }

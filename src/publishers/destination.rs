@@ -65,10 +65,7 @@ impl Destination {
             if open > 0 {
                 parts.push(Part::Text(rest[..open].to_owned()));
             }
-            let close = rest[open..]
-                .find('}')
-                .ok_or(DestinationError::Unclosed)?
-                + open;
+            let close = rest[open..].find('}').ok_or(DestinationError::Unclosed)? + open;
             parts.push(match &rest[open + 1..close] {
                 "endpoint" => Part::Endpoint,
                 "provider" => Part::Provider,
@@ -101,7 +98,9 @@ impl Destination {
                 Part::Text(text) => out.push_str(text),
                 Part::Endpoint => out.push_str(&self.clean(endpoint)),
                 Part::Provider => out.push_str(&self.clean(provider)),
-                Part::EventType => out.push_str(&self.clean(event_type.unwrap_or(UNKNOWN_EVENT_TYPE))),
+                Part::EventType => {
+                    out.push_str(&self.clean(event_type.unwrap_or(UNKNOWN_EVENT_TYPE)))
+                }
             }
         }
         if self.syntax == Syntax::NatsSubject {
@@ -153,19 +152,26 @@ mod tests {
 
     #[test]
     fn renders_placeholders() {
-        let d = Destination::parse("webhooks.{endpoint}.{event_type}", Syntax::NatsSubject).unwrap();
+        let d =
+            Destination::parse("webhooks.{endpoint}.{event_type}", Syntax::NatsSubject).unwrap();
         assert_eq!(
             d.render("stripe", "stripe", Some("payment_intent.succeeded")),
             "webhooks.stripe.payment_intent.succeeded"
         );
-        assert_eq!(d.render("stripe", "stripe", None), "webhooks.stripe.unknown");
+        assert_eq!(
+            d.render("stripe", "stripe", None),
+            "webhooks.stripe.unknown"
+        );
     }
 
     #[test]
     fn a_subject_never_gains_a_wildcard_space_or_empty_token() {
         let d = Destination::parse("webhooks.{event_type}", Syntax::NatsSubject).unwrap();
         assert_eq!(d.render("e", "p", Some("a.*.>")), "webhooks.a._._");
-        assert_eq!(d.render("e", "p", Some("order created")), "webhooks.order_created");
+        assert_eq!(
+            d.render("e", "p", Some("order created")),
+            "webhooks.order_created"
+        );
         assert_eq!(d.render("e", "p", Some("..x..")), "webhooks.x");
         assert_eq!(d.render("e", "p", Some("")), "webhooks");
     }
@@ -176,7 +182,10 @@ mod tests {
             Destination::parse("a.{nope}", Syntax::RedisKey),
             Err(DestinationError::UnknownPlaceholder("nope".into()))
         );
-        assert_eq!(Destination::parse("a.{endpoint", Syntax::RedisKey), Err(DestinationError::Unclosed));
+        assert_eq!(
+            Destination::parse("a.{endpoint", Syntax::RedisKey),
+            Err(DestinationError::Unclosed)
+        );
         assert_eq!(
             Destination::parse("a.*", Syntax::NatsSubject),
             Err(DestinationError::InvalidSubject('*'))

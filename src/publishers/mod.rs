@@ -10,15 +10,17 @@
 //! (JetStream's `Nats-Msg-Id`, the guarded `XADD`) and carries the same
 //! `message_id` where it cannot (RabbitMQ).
 
-mod destination;
+pub mod destination;
 mod nats;
 mod rabbitmq;
 mod redis_streams;
+mod signal;
 
 pub use destination::{Destination, DestinationError};
 pub use nats::NatsSettings;
 pub use rabbitmq::RabbitmqSettings;
 pub use redis_streams::RedisSettings;
+pub use signal::OutboxSignal;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,9 +86,10 @@ pub struct PublisherSettings {
     /// operator (`outbox retry`, `republish`); `None`: retried forever, so
     /// that an outage never loses a message.
     pub max_attempts: Option<u32>,
-    /// CloudEvents `source`; `{endpoint}` is replaced.
+    /// CloudEvents `source`; `{endpoint}` and `{provider}` are replaced.
     pub source: String,
-    /// Prefix of CloudEvents `type` (before the provider's event type).
+    /// Prefix of CloudEvents `type`, before the provider's event type;
+    /// `{endpoint}` and `{provider}` are replaced.
     pub type_prefix: String,
 }
 
@@ -94,6 +97,8 @@ impl PublisherSettings {
     pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(1);
     pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(60);
     pub const DEFAULT_SOURCE: &str = "/webhooks/{endpoint}";
+    /// `stripe.payment_intent.succeeded`: the provider names the family.
+    pub const DEFAULT_TYPE_PREFIX: &str = "{provider}.";
 }
 
 /// The broker of one publisher, with its connection settings.

@@ -9,6 +9,7 @@ mod expired;
 mod history;
 mod listing;
 mod migrate;
+pub mod outbox;
 mod pool;
 mod prepared;
 pub mod queue;

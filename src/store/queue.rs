@@ -123,7 +123,7 @@ fn take_due_sql(backend: Backend) -> String {
 }
 
 impl DbConn {
-    fn backend(&self) -> Backend {
+    pub(super) fn backend(&self) -> Backend {
         match self {
             DbConn::Sqlite(_) => Backend::Sqlite,
             DbConn::Pg(_) => Backend::Postgres,

@@ -48,6 +48,28 @@ diesel::table! {
 }
 
 diesel::table! {
+    outbox (id) {
+        id -> BigInt,
+        publisher -> Text,
+        endpoint -> Text,
+        delivery_id -> Text,
+        message_id -> Text,
+        destination -> Text,
+        body -> Binary,
+        state -> Text,
+        attempts -> Integer,
+        next_attempt_at -> Timestamp,
+        lease_owner -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamp>,
+        last_error -> Nullable<Text>,
+        confirmation -> Nullable<Text>,
+        received_at -> Timestamp,
+        created_at -> Timestamp,
+        sent_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
     payments (id) {
         id -> Text,
         tenant -> Nullable<Text>,
@@ -111,6 +133,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     events,
     ledger_entries,
     ordering_versions,
+    outbox,
     payments,
     queue_jobs,
     queue_pauses,

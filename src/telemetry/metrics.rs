@@ -51,6 +51,11 @@ pub const QUEUE_PAUSED: &str = "ir_queue_paused";
 pub const QUEUE_ATTEMPTS: &str = "ir_queue_attempts_total";
 pub const QUEUE_DEAD: &str = "ir_queue_dead_total";
 pub const QUEUE_COMPLETION_SECONDS: &str = "ir_queue_completion_seconds";
+pub const OUTBOX_ROWS: &str = "ir_outbox_rows";
+pub const OUTBOX_OLDEST_AGE: &str = "ir_outbox_oldest_age_seconds";
+pub const OUTBOX_PUBLISHED: &str = "ir_outbox_published_total";
+pub const OUTBOX_FAILURES: &str = "ir_outbox_publish_failures_total";
+pub const OUTBOX_LATENCY_SECONDS: &str = "ir_outbox_publish_latency_seconds";
 
 /// The environment variable that sets `metrics_token`.
 pub const TOKEN_ENV: &str = "IR_METRICS_TOKEN";
@@ -243,6 +248,28 @@ fn describe() {
     describe_counter!(
         QUEUE_DEAD,
         "Queued jobs that became dead in this process: attempts or age ran out, or the event was refused."
+    );
+    describe_gauge!(
+        OUTBOX_ROWS,
+        "Publications not yet confirmed by their broker, by publisher and state (pending, failed), sampled from the database."
+    );
+    describe_gauge!(
+        OUTBOX_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of each publisher's oldest unsent publication, from its delivery's receipt (0 when none waits), sampled from the database."
+    );
+    describe_counter!(
+        OUTBOX_PUBLISHED,
+        "Publications this process's relay had confirmed, by publisher and confirmation (published, duplicate: the broker already had the id)."
+    );
+    describe_counter!(
+        OUTBOX_FAILURES,
+        "Publication attempts of this process's relay that the broker did not confirm, by publisher and outcome (retrying, failed)."
+    );
+    describe_histogram!(
+        OUTBOX_LATENCY_SECONDS,
+        Unit::Seconds,
+        "Time from a delivery's receipt to its broker's confirmation of the publication, retries included."
     );
     describe_histogram!(
         QUEUE_COMPLETION_SECONDS,
@@ -703,6 +730,61 @@ impl QueueGauges {
             } else {
                 0.0
             });
+        }
+        Ok(())
+    }
+}
+
+/// The relay had a publication confirmed, `since_receipt` after its
+/// delivery arrived. Publisher names are configured, so labels stay bounded.
+pub fn outbox_published(publisher: &str, duplicate: bool, since_receipt: Duration) {
+    let confirmation = if duplicate { "duplicate" } else { "published" };
+    ::metrics::counter!(OUTBOX_PUBLISHED, "publisher" => publisher.to_owned(), "confirmation" => confirmation)
+        .increment(1);
+    ::metrics::histogram!(OUTBOX_LATENCY_SECONDS, "publisher" => publisher.to_owned())
+        .record(since_receipt.as_secs_f64());
+}
+
+/// A publication attempt failed; `gave_up`: the row is now `failed`.
+pub fn outbox_failed(publisher: &str, gave_up: bool) {
+    let outcome = if gave_up { "failed" } else { "retrying" };
+    ::metrics::counter!(OUTBOX_FAILURES, "publisher" => publisher.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// The outbox's gauges (rows per state, oldest age), set from the database
+/// by the relay's sampler, for the same reasons as [`QueueGauges`].
+#[derive(Debug, Default)]
+pub struct OutboxGauges {
+    publishers: BTreeSet<String>,
+}
+
+impl OutboxGauges {
+    pub fn new(publishers: impl IntoIterator<Item = String>) -> OutboxGauges {
+        OutboxGauges {
+            publishers: publishers.into_iter().collect(),
+        }
+    }
+
+    pub async fn sample(&mut self, store: &Store) -> Result<(), StoreError> {
+        if handles().is_none() {
+            return Ok(());
+        }
+        let backlog = store.conn().await?.outbox_backlog().await?;
+        let now = store.clock().naive_now();
+        self.publishers
+            .extend(backlog.iter().map(|b| b.publisher.clone()));
+        for publisher in &self.publishers {
+            let entry = backlog.iter().find(|b| &b.publisher == publisher);
+            let (pending, failed) = entry.map_or((0, 0), |b| (b.pending, b.failed));
+            ::metrics::gauge!(OUTBOX_ROWS, "publisher" => publisher.clone(), "state" => "pending")
+                .set(pending as f64);
+            ::metrics::gauge!(OUTBOX_ROWS, "publisher" => publisher.clone(), "state" => "failed")
+                .set(failed as f64);
+            let age = entry.and_then(|b| b.oldest).map_or(0.0, |oldest| {
+                ((now - oldest).num_milliseconds().max(0) as f64) / 1000.0
+            });
+            ::metrics::gauge!(OUTBOX_OLDEST_AGE, "publisher" => publisher.clone()).set(age);
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ use crate::handlers::{Event, Handler};
 use crate::log_text::escaped;
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest};
+use crate::publishers::OutboxSignal;
 use crate::reply;
 use crate::telemetry::metrics::{self, Conflict};
 use crate::telemetry::request_id::{AnswerLogged, millis};
@@ -45,6 +46,16 @@ pub struct Endpoint {
     pub queue: Option<QueueSettings>,
 }
 
+impl Endpoint {
+    /// Whether a `publish:NAME` handler runs here: its deliveries write
+    /// outbox rows, and the relay is woken once they are committed.
+    pub fn publishes(&self) -> bool {
+        self.handlers
+            .iter()
+            .any(|(name, _)| name.starts_with(crate::handlers::publish::PREFIX))
+    }
+}
+
 /// The webhook face: the endpoints and the engine behind them. Mount it in an
 /// actix `App` with [`Webhooks::configure`].
 #[derive(Clone)]
@@ -58,6 +69,8 @@ pub struct Webhooks {
     queue_wake: Arc<tokio::sync::Notify>,
     /// Tells the notifier that a job was committed, for other instances.
     queue_enqueued: Arc<tokio::sync::Notify>,
+    /// Wakes the relay when publications were committed.
+    outbox: OutboxSignal,
 }
 
 impl Webhooks {
@@ -72,6 +85,7 @@ impl Webhooks {
             endpoints: Arc::new(endpoints),
             queue_wake: Arc::default(),
             queue_enqueued: Arc::default(),
+            outbox: OutboxSignal::default(),
         }
     }
 
@@ -100,6 +114,12 @@ impl Webhooks {
     /// What this process's queue workers wait on between jobs.
     pub fn queue_wake(&self) -> &Arc<tokio::sync::Notify> {
         &self.queue_wake
+    }
+
+    /// What the relay waits on, and what deliveries that wrote publications
+    /// tell once they are committed.
+    pub fn outbox_signal(&self) -> &OutboxSignal {
+        &self.outbox
     }
 
     /// What the notifier waits on to tell other instances of new jobs.
@@ -327,9 +347,13 @@ async fn process_one(
     );
     match task.await {
         Ok(result) => {
-            if endpoint.queue.is_some() && matches!(result, Ok(Outcome::Fresh(_))) {
-                webhooks.queue_wake.notify_one();
-                webhooks.queue_enqueued.notify_one();
+            if matches!(result, Ok(Outcome::Fresh(_))) {
+                if endpoint.queue.is_some() {
+                    webhooks.queue_wake.notify_one();
+                    webhooks.queue_enqueued.notify_one();
+                } else if endpoint.publishes() {
+                    webhooks.outbox.committed();
+                }
             }
             Some((key, result))
         }

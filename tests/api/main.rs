@@ -29,6 +29,7 @@ mod leases;
 mod log_injection;
 mod observability;
 mod outage;
+mod outbox;
 mod payment_requests;
 mod provider_properties;
 mod provider_vectors;

@@ -67,6 +67,7 @@ pub mod payload;
 pub mod payments;
 pub mod problem;
 pub mod providers;
+pub mod publishers;
 pub mod reply;
 pub mod secret;
 pub mod startup;

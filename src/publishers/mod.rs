@@ -16,7 +16,7 @@ mod rabbitmq;
 mod redis_streams;
 
 pub use destination::{Destination, DestinationError, Syntax};
-pub use nats::NatsSettings;
+pub use nats::{NatsAuth, NatsSettings, NatsStream};
 pub use rabbitmq::RabbitmqSettings;
 pub use redis_streams::RedisSettings;
 

@@ -16,6 +16,7 @@ mod admin_queue;
 mod bad_input;
 mod batches;
 mod bench_sql;
+mod brokers;
 mod browser;
 mod cdp;
 mod cli;

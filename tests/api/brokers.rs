@@ -6,9 +6,9 @@
 //! stopping the shared services.
 
 #[path = "../support/cut_proxy.rs"]
-mod cut_proxy;
+pub(crate) mod cut_proxy;
 #[path = "../support/brokers.rs"]
-mod support;
+pub(crate) mod support;
 
 use cut_proxy::CutProxy;
 use futures_util::future::join_all;

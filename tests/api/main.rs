@@ -31,6 +31,7 @@ mod log_injection;
 mod observability;
 mod outage;
 mod outbox;
+mod outbox_brokers;
 mod payment_requests;
 mod provider_properties;
 mod provider_vectors;

@@ -11,7 +11,7 @@
 //! rows due after a backoff.
 
 use crate::publishers::{Broker, Confirmed, Message, OutboxSignal, PublisherSettings};
-use crate::store::outbox::OUTBOX_CHANNEL;
+use crate::store::outbox::{OUTBOX_CHANNEL, TakenPublication};
 use crate::store::{DatabaseUrl, Store, StoreError};
 use crate::telemetry::metrics::{self, OutboxGauges};
 use chrono::TimeDelta;
@@ -117,18 +117,28 @@ impl RelayReport {
     }
 }
 
-/// Publishes one batch of `relay`'s due rows. Workers call it when woken;
-/// tests call it to relay under their clock. No database connection is
+/// Publishes one batch of `relay`'s due rows and waits for it. Tests call
+/// it to relay under their clock; the background relay keeps several
+/// batches in flight instead (see [`Relay`]). No database connection is
 /// held while the broker is asked.
 pub async fn relay_due(
     store: &Store,
     relay: &PublisherRelay,
     settings: &RelaySettings,
 ) -> Result<RelayReport, StoreError> {
-    let clock = store.clock();
-    let now = clock.naive_now();
+    let taken = take(store, relay, settings).await?;
+    publish(store, relay, taken).await
+}
+
+/// Takes up to a batch of `relay`'s due rows under its lease.
+async fn take(
+    store: &Store,
+    relay: &PublisherRelay,
+    settings: &RelaySettings,
+) -> Result<Vec<TakenPublication>, StoreError> {
+    let now = store.clock().naive_now();
     let lease = TimeDelta::from_std(settings.lease).unwrap_or(TimeDelta::MAX);
-    let taken = store
+    store
         .conn()
         .await?
         .take_publications(
@@ -138,10 +148,20 @@ pub async fn relay_due(
             now,
             i64::try_from(settings.batch).unwrap_or(i64::MAX),
         )
-        .await?;
+        .await
+}
+
+/// Publishes taken rows concurrently, then marks each as the broker
+/// answered.
+async fn publish(
+    store: &Store,
+    relay: &PublisherRelay,
+    taken: Vec<TakenPublication>,
+) -> Result<RelayReport, StoreError> {
     if taken.is_empty() {
         return Ok(RelayReport::default());
     }
+    let clock = store.clock();
     let answers = futures_util::future::join_all(taken.iter().map(|row| async move {
         let message = Message {
             id: &row.message_id,
@@ -228,7 +248,10 @@ pub async fn relay_due(
 /// The running relays of this process.
 pub struct Relay {
     stop: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// One per publisher: each finishes the batches it has out.
+    relays: Vec<tokio::task::JoinHandle<()>>,
+    /// The listener, the notifier and the sampler: nothing to finish.
+    helpers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Relay {
@@ -242,14 +265,30 @@ impl Relay {
         settings: RelaySettings,
         signal: OutboxSignal,
     ) -> Option<Relay> {
-        if publishers.is_empty() || !settings.enabled {
+        if publishers.is_empty() {
             return None;
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut tasks = Vec::new();
+        let (mut relays, mut helpers) = (Vec::new(), Vec::new());
+        let postgres = match store.url() {
+            DatabaseUrl::Postgres(url) => Some(url.clone()),
+            DatabaseUrl::Sqlite(_) => None,
+        };
+        // An instance that only ingests still tells the others' relays.
+        if postgres.is_some() {
+            helpers.push(tokio::spawn(notify(store.clone(), signal.clone())));
+        }
+        if !settings.enabled {
+            tracing::info!("this process relays no publications (outbox_relay = false)");
+            return Some(Relay {
+                stop,
+                relays,
+                helpers,
+            });
+        }
         for publisher in publishers {
             let relay = PublisherRelay::new(publisher.clone());
-            tasks.push(tokio::spawn(run(
+            relays.push(tokio::spawn(run(
                 store.clone(),
                 relay,
                 settings.clone(),
@@ -257,32 +296,34 @@ impl Relay {
                 stopped.clone(),
             )));
         }
-        if let DatabaseUrl::Postgres(url) = store.url() {
-            tasks.push(tokio::spawn(listen(
-                url.clone(),
-                signal.clone(),
-                stopped.clone(),
-            )));
-            tasks.push(tokio::spawn(notify(store.clone(), signal.clone())));
+        if let Some(url) = postgres {
+            helpers.push(tokio::spawn(listen(url, signal.clone(), stopped.clone())));
         }
         let names = publishers.iter().map(|p| p.name.clone());
-        tasks.push(tokio::spawn(sample_gauges(
+        helpers.push(tokio::spawn(sample_gauges(
             OutboxGauges::new(names),
             store,
             stopped,
         )));
         tracing::info!(publishers = publishers.len(), "outbox relay started");
-        Some(Relay { stop, tasks })
+        Some(Relay {
+            stop,
+            relays,
+            helpers,
+        })
     }
 
     /// Stops the relays after the batch each is publishing.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        for task in self.tasks {
-            // The listener, notifier and sampler wait on nothing worth
-            // finishing; relay tasks return at their next wait.
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(10), task)
+        for helper in &self.helpers {
+            helper.abort();
+        }
+        for relay in self.relays {
+            // A batch waits at most its broker's timeout; past this, its
+            // rows are left to their lease.
+            let abort = relay.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(10), relay)
                 .await
                 .is_err()
             {
@@ -292,6 +333,12 @@ impl Relay {
     }
 }
 
+/// Batches one relay task keeps in flight. Each waits for its broker's
+/// confirmations; while it does, the next rows go out in another batch, so
+/// that a broker's confirmation latency does not cap the throughput at a
+/// batch per round trip.
+const BATCHES_IN_FLIGHT: usize = 4;
+
 async fn run(
     store: Store,
     relay: PublisherRelay,
@@ -299,22 +346,42 @@ async fn run(
     mut wake: tokio::sync::watch::Receiver<u64>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
+    let mut in_flight = tokio::task::JoinSet::new();
     loop {
         if *stopped.borrow() {
+            // The batches out now finish (each within the broker's
+            // timeout) and mark their rows; nothing new is taken.
+            while in_flight.join_next().await.is_some() {}
             return;
         }
-        match relay_due(&store, &relay, &settings).await {
-            // A full batch that all went out: more may be due.
-            Ok(report) if report.taken() == settings.batch && report.retrying == 0 => continue,
-            Ok(_) => {}
-            Err(error) => {
-                tracing::warn!(publisher = relay.name(), %error, "relay could not take publications")
+        while in_flight.len() < BATCHES_IN_FLIGHT {
+            match take(&store, &relay, &settings).await {
+                Ok(rows) if rows.is_empty() => break,
+                Ok(rows) => {
+                    let full = rows.len() == settings.batch;
+                    let (store, relay) = (store.clone(), relay.clone());
+                    in_flight.spawn(async move {
+                        if let Err(error) = publish(&store, &relay, rows).await {
+                            // The rows keep their lease and are taken again
+                            // once it has run out.
+                            tracing::warn!(publisher = relay.name(), %error, "relay could not mark publications");
+                        }
+                    });
+                    if !full {
+                        break;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(publisher = relay.name(), %error, "relay could not take publications");
+                    break;
+                }
             }
         }
         tokio::select! {
             biased;
-            _ = stopped.changed() => return,
+            _ = stopped.changed() => {}
             _ = wake.changed() => {}
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             () = tokio::time::sleep(settings.poll) => {}
         }
     }

@@ -11,7 +11,7 @@
 //!   Redis, and with every id present on RabbitMQ.
 
 use crate::brokers::cut_proxy::CutProxy;
-use crate::brokers::support::{self, Landed, TestKeys, TestQueue, TestStream};
+use crate::brokers::support::{Bus, Kind, id_counts};
 use crate::helpers::{Backend, TestApp, payment};
 use crate::outbox::publications;
 use futures_util::StreamExt;
@@ -23,80 +23,9 @@ use std::time::{Duration, Instant};
 /// or a lost publication.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Nats,
-    Rabbitmq,
-    Redis,
-}
-
-/// One broker as a test sees it: the publisher's configuration and what
-/// landed so far.
-enum Bus {
-    Nats(support::Nats, TestStream),
-    /// RabbitMQ's messages are consumed when read: the ones read so far
-    /// are kept.
-    Rabbitmq(support::Rabbitmq, TestQueue, Vec<Landed>),
-    Redis(redis::aio::MultiplexedConnection, TestKeys),
-}
-
-impl Bus {
-    async fn open(kind: Kind) -> Option<Bus> {
-        Some(match kind {
-            Kind::Nats => Bus::Nats(support::nats().await?, TestStream::new()),
-            Kind::Rabbitmq => {
-                Bus::Rabbitmq(support::rabbitmq().await?, TestQueue::new(), Vec::new())
-            }
-            Kind::Redis => Bus::Redis(support::redis().await?, TestKeys::new()),
-        })
-    }
-
-    fn direct(&self) -> &'static str {
-        match self {
-            Bus::Nats(..) => support::NATS_ADDR,
-            Bus::Rabbitmq(..) => support::RABBITMQ_ADDR,
-            Bus::Redis(..) => support::REDIS_ADDR,
-        }
-    }
-
-    /// `[publishers.bus]` reaching the broker at `addr`; failed publications
-    /// come back after 1 s, then 2 s, at most 4 s (by the app's clock).
-    fn publisher_toml(&self, addr: &str) -> String {
-        let common = "retry_backoff = \"1s\"\nretry_backoff_max = \"4s\"\n";
-        match self {
-            Bus::Nats(_, stream) => format!(
-                "[publishers.bus]\nkind = \"nats\"\nurl = \"nats://{addr}\"\nsubject = \"{}.{{endpoint}}.{{event_type}}\"\nstream = \"{}\"\nack_timeout = \"2s\"\n{common}",
-                stream.prefix, stream.name
-            ),
-            Bus::Rabbitmq(_, queue, _) => format!(
-                "[publishers.bus]\nkind = \"rabbitmq\"\nurl = \"{}\"\nexchange = \"{}\"\ndeclare_exchange = true\nqueue = \"{}\"\nconfirm_timeout = \"2s\"\n{common}",
-                support::rabbitmq_url(addr),
-                queue.exchange,
-                queue.queue
-            ),
-            Bus::Redis(_, keys) => format!(
-                "[publishers.bus]\nkind = \"redis\"\nurl = \"redis://{addr}\"\nstream = \"{}:{{endpoint}}\"\nmarker_prefix = \"{}\"\ntimeout = \"2s\"\n{common}",
-                keys.prefix, keys.marker_prefix
-            ),
-        }
-    }
-
-    /// Everything that landed for this test so far, oldest first.
-    async fn landed(&mut self) -> Vec<Landed> {
-        match self {
-            Bus::Nats(nats, stream) => match nats.js.get_stream(&stream.name).await {
-                Ok(_) => nats.stream_messages(&stream.name).await,
-                // Made by the publisher at its first connect.
-                Err(_) => Vec::new(),
-            },
-            Bus::Rabbitmq(rabbitmq, queue, seen) => {
-                seen.extend(rabbitmq.drain(&queue.queue).await);
-                seen.clone()
-            }
-            Bus::Redis(conn, keys) => support::xrange(conn, &format!("{}:shop", keys.prefix)).await,
-        }
-    }
-}
+/// Failed publications come back after 1 s, then 2 s, at most 4 s (by the
+/// app's clock).
+const BACKOFF: &str = "retry_backoff = \"1s\"\nretry_backoff_max = \"4s\"";
 
 async fn spawn(backend: Backend, publisher: &str) -> Option<TestApp> {
     TestApp::builder(backend)
@@ -133,21 +62,11 @@ async fn all_sent(app: &TestApp, expected: usize) {
     }
 }
 
-/// How many times each message id landed.
-fn id_counts(landed: &[Landed]) -> BTreeMap<String, usize> {
-    let mut counts = BTreeMap::new();
-    for message in landed {
-        let id = message.id.clone().unwrap_or_default();
-        *counts.entry(id).or_insert(0) += 1;
-    }
-    counts
-}
-
 async fn a_delivery_lands_once_and_a_storm_gives_one_message(kind: Kind, backend: Backend) {
     let Some(mut bus) = Bus::open(kind).await else {
         return;
     };
-    let Some(app) = spawn(backend, &bus.publisher_toml(bus.direct())).await else {
+    let Some(app) = spawn(backend, &bus.publisher_toml(bus.direct(), "2s", BACKOFF)).await else {
         return;
     };
     let body = payment("pay_bus_1", 4200);
@@ -162,7 +81,7 @@ async fn a_delivery_lands_once_and_a_storm_gives_one_message(kind: Kind, backend
     );
     all_sent(&app, 2).await;
 
-    let landed = bus.landed().await;
+    let landed = bus.landed("shop").await;
     let counts = id_counts(&landed);
     assert_eq!(
         counts,
@@ -206,7 +125,12 @@ async fn an_outage_under_load_loses_nothing(kind: Kind, backend: Backend) {
         return;
     };
     let proxy = CutProxy::start(bus.direct()).await;
-    let Some(app) = spawn(backend, &bus.publisher_toml(&proxy.addr().to_string())).await else {
+    let Some(app) = spawn(
+        backend,
+        &bus.publisher_toml(&proxy.addr().to_string(), "2s", BACKOFF),
+    )
+    .await
+    else {
         return;
     };
     let ids: Vec<String> = (0..60).map(|n| format!("msg_out_{n:03}")).collect();
@@ -284,7 +208,7 @@ async fn an_outage_under_load_loses_nothing(kind: Kind, backend: Backend) {
     assert!(after.iter().all(|(_, s)| *s == 200), "{after:?}");
     all_sent(&app, 60).await;
 
-    let landed = bus.landed().await;
+    let landed = bus.landed("shop").await;
     let counts = id_counts(&landed);
     let expected: BTreeSet<String> = ids.iter().map(|id| format!("shop:{id}")).collect();
     assert_eq!(

@@ -9,6 +9,7 @@
 //! timing of a run can still differ).
 
 mod checks;
+mod outbox;
 mod postgres;
 mod provider;
 mod queued;

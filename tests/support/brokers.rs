@@ -397,3 +397,101 @@ impl Drop for TestKeys {
         });
     }
 }
+
+// ------------------------------------------------- one broker, any kind
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Nats,
+    Rabbitmq,
+    Redis,
+}
+
+/// One broker as an end-to-end test sees it: the `[publishers.bus]` table
+/// that reaches it, and what landed there for this test.
+pub enum Bus {
+    Nats(Box<Nats>, TestStream),
+    /// RabbitMQ's messages are consumed when read: the ones read so far
+    /// are kept.
+    Rabbitmq(Box<Rabbitmq>, TestQueue, Vec<Landed>),
+    Redis(redis::aio::MultiplexedConnection, TestKeys),
+}
+
+impl Bus {
+    /// `None` when the broker is unreachable (and not required).
+    pub async fn open(kind: Kind) -> Option<Bus> {
+        Some(match kind {
+            Kind::Nats => Bus::Nats(Box::new(nats().await?), TestStream::new()),
+            Kind::Rabbitmq => {
+                Bus::Rabbitmq(Box::new(rabbitmq().await?), TestQueue::new(), Vec::new())
+            }
+            Kind::Redis => Bus::Redis(redis().await?, TestKeys::new()),
+        })
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Bus::Nats(..) => Kind::Nats,
+            Bus::Rabbitmq(..) => Kind::Rabbitmq,
+            Bus::Redis(..) => Kind::Redis,
+        }
+    }
+
+    /// The broker's own address, for a proxy to stand before.
+    pub fn direct(&self) -> &'static str {
+        match self.kind() {
+            Kind::Nats => NATS_ADDR,
+            Kind::Rabbitmq => RABBITMQ_ADDR,
+            Kind::Redis => REDIS_ADDR,
+        }
+    }
+
+    /// `[publishers.bus]` reaching the broker at `addr`, waiting `timeout`
+    /// for a confirmation, with `extra` lines (backoff settings) added.
+    pub fn publisher_toml(&self, addr: &str, timeout: &str, extra: &str) -> String {
+        match self {
+            Bus::Nats(_, stream) => format!(
+                "[publishers.bus]\nkind = \"nats\"\nurl = \"nats://{addr}\"\nsubject = \"{}.{{endpoint}}.{{event_type}}\"\nstream = \"{}\"\nack_timeout = \"{timeout}\"\n{extra}\n",
+                stream.prefix, stream.name
+            ),
+            Bus::Rabbitmq(_, queue, _) => format!(
+                "[publishers.bus]\nkind = \"rabbitmq\"\nurl = \"{}\"\nexchange = \"{}\"\ndeclare_exchange = true\nqueue = \"{}\"\nconfirm_timeout = \"{timeout}\"\n{extra}\n",
+                rabbitmq_url(addr),
+                queue.exchange,
+                queue.queue
+            ),
+            Bus::Redis(_, keys) => format!(
+                "[publishers.bus]\nkind = \"redis\"\nurl = \"redis://{addr}\"\nstream = \"{}:{{endpoint}}\"\nmarker_prefix = \"{}\"\ntimeout = \"{timeout}\"\n{extra}\n",
+                keys.prefix, keys.marker_prefix
+            ),
+        }
+    }
+
+    /// Everything that landed for `endpoint`'s deliveries so far, oldest
+    /// first.
+    pub async fn landed(&mut self, endpoint: &str) -> Vec<Landed> {
+        match self {
+            Bus::Nats(nats, stream) => match nats.js.get_stream(&stream.name).await {
+                Ok(_) => nats.stream_messages(&stream.name).await,
+                // The publisher makes it at its first connect.
+                Err(_) => Vec::new(),
+            },
+            Bus::Rabbitmq(rabbitmq, queue, seen) => {
+                seen.extend(rabbitmq.drain(&queue.queue).await);
+                seen.clone()
+            }
+            Bus::Redis(conn, keys) => xrange(conn, &format!("{}:{endpoint}", keys.prefix)).await,
+        }
+    }
+}
+
+/// How many times each message id landed.
+pub fn id_counts(landed: &[Landed]) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for message in landed {
+        *counts
+            .entry(message.id.clone().unwrap_or_default())
+            .or_insert(0) += 1;
+    }
+    counts
+}

@@ -3,6 +3,12 @@
 //! new ones away (accepted, then closed at once), `restore()` lets them
 //! through again. The port stays the same throughout, so a client keeps its
 //! address and must reconnect by itself.
+//!
+//! `hold()` keeps the connections but withholds what the broker answers:
+//! publications reach the broker, their confirmations do not reach the
+//! client (until `release()`, or a `cut()`). The crash tests kill the
+//! receiver in that window, between the broker's accept and the receiver's
+//! hearing of it.
 
 #![allow(dead_code)]
 
@@ -21,6 +27,8 @@ pub struct CutProxy {
 struct State {
     target: String,
     cut: AtomicBool,
+    /// While true, bytes from the broker wait in the proxy.
+    held: tokio::sync::watch::Sender<bool>,
     /// The tasks that pump the live connections; aborting one drops (and
     /// so closes) both of its sockets.
     links: Mutex<Vec<JoinHandle<()>>>,
@@ -37,6 +45,7 @@ impl CutProxy {
         let state = Arc::new(State {
             target: target.to_owned(),
             cut: AtomicBool::new(false),
+            held: tokio::sync::watch::channel(false).0,
             links: Mutex::new(Vec::new()),
             accepted: AtomicUsize::new(0),
         });
@@ -69,6 +78,16 @@ impl CutProxy {
     pub fn restore(&self) {
         self.state.cut.store(false, Ordering::SeqCst);
     }
+
+    /// Withholds the broker's answers on every connection, live and new.
+    pub fn hold(&self) {
+        self.state.held.send_replace(true);
+    }
+
+    /// Passes the broker's answers again, the withheld ones first.
+    pub fn release(&self) {
+        self.state.held.send_replace(false);
+    }
 }
 
 impl Drop for CutProxy {
@@ -100,10 +119,39 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
         }
         state.accepted.fetch_add(1, Ordering::SeqCst);
         links.retain(|l| !l.is_finished());
-        links.push(tokio::spawn(pump(inbound, outbound)));
+        links.push(tokio::spawn(pump(
+            inbound,
+            outbound,
+            state.held.subscribe(),
+        )));
     }
 }
 
-async fn pump(mut inbound: TcpStream, mut outbound: TcpStream) {
-    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+/// Copies both ways; the broker's side waits while `held` is true.
+async fn pump(inbound: TcpStream, outbound: TcpStream, held: tokio::sync::watch::Receiver<bool>) {
+    let (mut client_read, mut client_write) = inbound.into_split();
+    let (mut broker_read, mut broker_write) = outbound.into_split();
+    let upstream = tokio::io::copy(&mut client_read, &mut broker_write);
+    let downstream = async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut held = held;
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let n = match broker_read.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            // Read, then kept back: the broker sees its answer sent.
+            if held.wait_for(|held| !*held).await.is_err() {
+                return;
+            }
+            if client_write.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = upstream => {}
+        () = downstream => {}
+    }
 }

@@ -73,7 +73,7 @@ pub struct Settings {
     pub forwarders: Vec<ForwarderSettings>,
     /// `[publishers.NAME]`: `publish:NAME` handlers and the relay's brokers.
     pub publishers: Vec<PublisherSettings>,
-    /// The relay: `outbox_poll`, `outbox_lease`, `outbox_batch`.
+    /// The relay: `outbox_relay`, `outbox_poll`, `outbox_lease`, `outbox_batch`.
     pub relay: RelaySettings,
     /// How often claims abandoned past their lease are reconciled ("0": never).
     pub reconcile_interval: Duration,
@@ -118,6 +118,7 @@ struct RawSettings {
     forwarders: BTreeMap<String, forwarders::RawForwarder>,
     #[serde(default)]
     publishers: BTreeMap<String, toml::Table>,
+    outbox_relay: Option<bool>,
     outbox_poll: Option<String>,
     outbox_lease: Option<String>,
     outbox_batch: Option<usize>,
@@ -131,10 +132,11 @@ struct RawSettings {
     metrics_token: Option<String>,
 }
 
-/// `outbox_poll`, `outbox_lease` and `outbox_batch`.
+/// `outbox_relay`, `outbox_poll`, `outbox_lease` and `outbox_batch`.
 fn relay(raw: &RawSettings, source: Source<'_>) -> Result<RelaySettings, ConfigError> {
     let defaults = RelaySettings::default();
     let relay = RelaySettings {
+        enabled: raw.outbox_relay.unwrap_or(defaults.enabled),
         poll: source.duration("outbox_poll", raw.outbox_poll.as_ref(), defaults.poll)?,
         lease: source.duration("outbox_lease", raw.outbox_lease.as_ref(), defaults.lease)?,
         batch: raw.outbox_batch.unwrap_or(defaults.batch),

@@ -21,6 +21,10 @@ use std::time::Duration;
 /// `outbox_poll`, `outbox_lease`, `outbox_batch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelaySettings {
+    /// Whether this process relays (`outbox_relay`, on by default). Off: its
+    /// deliveries still write publications, which other instances' relays
+    /// publish (a fleet can keep ingestion and publication apart).
+    pub enabled: bool,
     /// How long an idle relay waits before it looks for due rows anyway.
     pub poll: Duration,
     /// How long a taken row is the relay's: longer than a batch's publish
@@ -34,6 +38,7 @@ pub struct RelaySettings {
 impl Default for RelaySettings {
     fn default() -> Self {
         RelaySettings {
+            enabled: true,
             poll: Duration::from_secs(1),
             lease: Duration::from_secs(30),
             batch: 64,
@@ -237,7 +242,7 @@ impl Relay {
         settings: RelaySettings,
         signal: OutboxSignal,
     ) -> Option<Relay> {
-        if publishers.is_empty() {
+        if publishers.is_empty() || !settings.enabled {
             return None;
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);

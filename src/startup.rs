@@ -8,7 +8,8 @@ use crate::engine::{Engine, EngineOptions};
 use crate::handlers::Registry;
 use crate::health;
 use crate::maintenance::{
-    PurgeTask, QueueWorkers, ReconcileTask, Relay, RelaySettings, short_retentions, spawn_notifier,
+    PurgeTask, QueueWorkers, ReconcileTask, Relay, RelaySettings, Republisher, short_retentions,
+    spawn_notifier,
 };
 use crate::payments;
 use crate::problem;
@@ -213,7 +214,8 @@ impl Application {
         };
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
-        let admin = Admin::new(store.clone(), &settings.admin)
+        let republisher = Republisher::new(webhooks.clone(), &settings.publishers);
+        let admin = Admin::new(store.clone(), &settings.admin, republisher)
             .map(|admin| admin.waking(webhooks.queue_wake().clone()));
         // `admin_listen` is bound before anything starts, so that a busy
         // address stops start-up with nothing left running.

@@ -7,8 +7,12 @@ use super::detail::fetch_detail;
 use super::error::AdminError;
 use super::listing::{ListQuery, fetch_page};
 use super::model::{DeliveryPage, DeliveryView, Stats};
+use super::outbox::{
+    self, OutboxListing, OutboxQuery, OutboxRetry, OutboxRetryQuery, RepublishQuery,
+};
 use super::queue::{self, BulkRetry, PauseState, QueueJob, QueueListing, QueueQuery, RetryQuery};
 use super::stats::{StatsQuery, fetch_stats};
+use crate::maintenance::RepublishReport;
 use crate::problem::Problem;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::Utc;
@@ -33,6 +37,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         )
         .route("/queue/{endpoint}/pause", web::post().to(queue_pause))
         .route("/queue/{endpoint}/resume", web::post().to(queue_resume))
+        .route("/outbox", web::get().to(outbox_list))
+        .route("/outbox/retry", web::post().to(outbox_retry))
+        .route(
+            "/deliveries/{endpoint}/{delivery_id}/republish",
+            web::post().to(republish),
+        )
         .route("/openapi.json", web::get().to(openapi));
 }
 
@@ -310,6 +320,103 @@ pub async fn queue_resume(
             admin.wake_workers();
             HttpResponse::Ok().json(state)
         }
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Outbox rows, newest first (by default the unsent ones: pending and
+/// failed), and every publisher's backlog.
+#[utoipa::path(
+    get,
+    tag = "outbox",
+    path = "/admin/outbox",
+    params(OutboxQuery),
+    responses(
+        (status = 200, description = "The selected publications and each publisher's backlog", body = OutboxListing),
+        (status = 400, description = "A malformed parameter", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn outbox_list(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    let listing = async {
+        let query: OutboxQuery = query(&request)?;
+        let (filter, limit) = query.validate()?;
+        outbox::list(&admin.store, &filter, limit).await
+    };
+    match listing.await {
+        Ok(listing) => HttpResponse::Ok().json(listing),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Makes the failed publications the filter selects due now, their
+/// attempts counted afresh, and wakes the relays.
+#[utoipa::path(
+    post,
+    tag = "outbox",
+    path = "/admin/outbox/retry",
+    params(OutboxRetryQuery),
+    responses(
+        (status = 200, description = "How many failed publications are due again", body = OutboxRetry),
+        (status = 400, description = "A malformed parameter", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn outbox_retry(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    let outcome = async {
+        let query: OutboxRetryQuery = query(&request)?;
+        let filter = query.validate()?;
+        outbox::retry(&admin.store, &filter, &actor(&admin, &request)).await
+    };
+    match outcome.await {
+        Ok(outcome) => {
+            if outcome.retried > 0 {
+                admin.wake_relays();
+            }
+            HttpResponse::Ok().json(outcome)
+        }
+        Err(error) => error.to_response(),
+    }
+}
+
+/// Publishes a stored delivery again: a new outbox row per publisher its
+/// endpoint publishes to (or only `publisher`), message id
+/// `<endpoint>:<delivery id>#republish-<n>`, each recorded as
+/// `republished` with the actor. With `dry_run=true` it only says what
+/// would be written.
+#[utoipa::path(
+    post,
+    tag = "outbox",
+    path = "/admin/deliveries/{endpoint}/{delivery_id}/republish",
+    params(
+        ("endpoint" = String, Path, description = "The endpoint (URL-encoded)"),
+        ("delivery_id" = String, Path, description = "The delivery id (URL-encoded)"),
+        RepublishQuery,
+    ),
+    responses(
+        (status = 200, description = "The outbox rows written (or, in a dry run, that would be)", body = RepublishReport),
+        (status = 400, description = "A malformed parameter, or a publisher the endpoint does not publish to", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+        (status = 404, description = "No such endpoint or delivery", content_type = "application/problem+json"),
+        (status = 409, description = "The delivery cannot be republished (its body was not stored, its endpoint publishes to nothing, its handlers did not accept it)", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn republish(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> HttpResponse {
+    let (endpoint, delivery_id) = path.into_inner();
+    let outcome = async {
+        let query: RepublishQuery = query(&request)?;
+        let republish = query.one(&endpoint, &delivery_id, &actor(&admin, &request))?;
+        outbox::republish_one(&admin.republisher, &republish).await
+    };
+    match outcome.await {
+        Ok(report) => HttpResponse::Ok().json(report),
         Err(error) => error.to_response(),
     }
 }

@@ -2,6 +2,7 @@
 
 use super::error::AdminError;
 use super::model::DeliveryView;
+use crate::store::outbox::PublicationRow;
 use crate::store::{DeliveryDetail, HistoryEntry, Store};
 
 /// A key as the store holds it.
@@ -10,6 +11,9 @@ pub struct KeyRecord {
     pub detail: DeliveryDetail,
     /// Oldest first.
     pub history: Vec<HistoryEntry>,
+    /// Its outbox rows, oldest first: the original publications and any
+    /// republished ones.
+    pub publications: Vec<PublicationRow>,
 }
 
 pub async fn fetch_detail(
@@ -31,11 +35,16 @@ pub async fn fetch_detail(
         return Err(not_found());
     };
     let history = conn.history(endpoint, delivery_id).await?;
-    Ok(KeyRecord { detail, history })
+    let publications = conn.publications_of(endpoint, delivery_id).await?;
+    Ok(KeyRecord {
+        detail,
+        history,
+        publications,
+    })
 }
 
 impl From<KeyRecord> for DeliveryView {
     fn from(record: KeyRecord) -> DeliveryView {
-        DeliveryView::new(record.detail, record.history)
+        DeliveryView::new(record.detail, record.history, record.publications)
     }
 }

@@ -1,5 +1,6 @@
 use super::limiter::{Limited, Scope};
 use super::origin::CrossSite;
+use crate::maintenance::RepublishError;
 use crate::problem::Problem;
 use crate::store::StoreError;
 use actix_web::HttpResponse;
@@ -29,6 +30,11 @@ pub enum AdminError {
     /// running job, cancelling a done one).
     #[error("{0}")]
     Conflict(String),
+    #[error("no endpoint named {0:?} is configured")]
+    UnknownEndpoint(String),
+    /// A republish of one delivery that was skipped; says why.
+    #[error("{0}")]
+    NotRepublishable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Too many wrong credentials: this one was not even looked at.
@@ -37,6 +43,25 @@ pub enum AdminError {
     /// A form posted from another site.
     #[error("cross-site request refused: {0}")]
     CrossSite(#[from] CrossSite),
+}
+
+impl From<RepublishError> for AdminError {
+    fn from(error: RepublishError) -> AdminError {
+        match error {
+            RepublishError::UnknownEndpoint(endpoint) => AdminError::UnknownEndpoint(endpoint),
+            RepublishError::NotFound {
+                endpoint,
+                delivery_id,
+            } => AdminError::NotFound {
+                endpoint,
+                delivery_id,
+            },
+            error @ RepublishError::UnknownPublisher { .. } => {
+                AdminError::bad("publisher", error.to_string())
+            }
+            RepublishError::Store(error) => AdminError::Store(error),
+        }
+    }
 }
 
 fn too_many(scope: Scope) -> &'static str {
@@ -88,6 +113,18 @@ impl AdminError {
                 StatusCode::CONFLICT,
                 "queue-job-state",
                 "Not in a state this action applies to",
+                self.to_string(),
+            ),
+            AdminError::UnknownEndpoint(_) => Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown-endpoint",
+                "Unknown endpoint",
+                self.to_string(),
+            ),
+            AdminError::NotRepublishable(_) => Problem::new(
+                StatusCode::CONFLICT,
+                "not-republishable",
+                "The delivery cannot be republished",
                 self.to_string(),
             ),
             AdminError::TooManyAttempts(limited) => Problem::new(

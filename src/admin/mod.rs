@@ -2,7 +2,10 @@
 //! `/admin/stats`, `/admin/openapi.json`), a web page (`/admin`) and the
 //! `list` command's table. Nothing here changes a key; the queue's actions
 //! (`/admin/queue`, the page's `/admin/jobs`, the `queue` command) change
-//! only jobs and pauses of queued endpoints ([`queue`]).
+//! only jobs and pauses of queued endpoints ([`queue`]), and the outbox's
+//! (`/admin/outbox`, a delivery's `republish`, the page's
+//! `/admin/publications`, the `outbox` command) only outbox rows and the
+//! history of what was republished ([`outbox`]).
 //!
 //! Every route needs one of the configured admin tokens (`admin_tokens`,
 //! `IR_ADMIN_TOKENS`): the API as `Authorization: Bearer <token>`, the page
@@ -21,6 +24,7 @@ mod listing;
 mod model;
 mod openapi;
 pub mod origin;
+pub mod outbox;
 mod page;
 pub mod queue;
 mod session;
@@ -38,9 +42,10 @@ pub use listing::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, Page, PageRequest, fetch_
 pub use model::{DeliveryItem, DeliveryPage, DeliveryView, EndpointStats, Stats};
 pub use openapi::document as openapi_document;
 pub use settings::{AdminSettings, InvalidAdminSetting, RawLoginLimits, TOKENS_ENV};
-pub use terminal::table;
+pub use terminal::{aligned, table};
 pub use tokens::AdminTokens;
 
+use crate::maintenance::Republisher;
 use crate::store::Store;
 use actix_web::middleware::from_fn;
 use actix_web::web;
@@ -57,11 +62,14 @@ pub struct Admin {
     /// This process's queue workers, woken after a retry or a resume (on
     /// PostgreSQL every instance's are also told by NOTIFY).
     queue_wake: Option<Arc<tokio::sync::Notify>>,
+    /// The endpoints and publishers a republish needs; its outbox signal
+    /// wakes the relays after a retry or a republish.
+    republisher: Republisher,
 }
 
 impl Admin {
     /// `None` when no token is configured: the surface is off.
-    pub fn new(store: Store, settings: &AdminSettings) -> Option<Admin> {
+    pub fn new(store: Store, settings: &AdminSettings, republisher: Republisher) -> Option<Admin> {
         settings.enabled().then(|| Admin {
             store,
             tokens: settings.tokens.clone(),
@@ -70,6 +78,7 @@ impl Admin {
                 std::time::Instant::now(),
             )),
             queue_wake: None,
+            republisher,
         })
     }
 
@@ -83,6 +92,12 @@ impl Admin {
         if let Some(wake) = &self.queue_wake {
             wake.notify_one();
         }
+    }
+
+    /// Wakes the relays (this process's, and other instances' through the
+    /// notifier) after an operator's retry or republish.
+    fn wake_relays(&self) {
+        self.republisher.outbox_signal().committed();
     }
 
     /// Mounts `/admin`: the page's routes, then the API behind the token.

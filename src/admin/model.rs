@@ -1,5 +1,7 @@
 //! What the admin API answers, as JSON (and in the OpenAPI document).
 
+use super::outbox::Publication;
+use crate::store::outbox::PublicationRow;
 use crate::store::{DeliveryDetail, DeliverySummary, HistoryEntry};
 use chrono::NaiveDateTime;
 use serde::Serialize;
@@ -50,7 +52,8 @@ pub struct StoredAnswer {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct HistoryItem {
     pub at: String,
-    /// `takeover`, `released`, `reconciled`, `reprocessed`, `reprocess-failed`, ...
+    /// `takeover`, `released`, `reconciled`, `reprocessed`, `reprocess-failed`,
+    /// `retried`, `cancelled`, `republished`, ...
     pub kind: String,
     pub actor: Option<String>,
     pub detail: Option<String>,
@@ -65,6 +68,9 @@ pub struct DeliveryView {
     pub payload: Option<String>,
     /// Oldest first.
     pub history: Vec<HistoryItem>,
+    /// Its outbox rows, oldest first (the original publications, then any
+    /// an operator republished).
+    pub publications: Vec<Publication>,
 }
 
 /// Keys received within a window, by endpoint and status.
@@ -124,7 +130,11 @@ impl From<HistoryEntry> for HistoryItem {
 }
 
 impl DeliveryView {
-    pub fn new(detail: DeliveryDetail, history: Vec<HistoryEntry>) -> DeliveryView {
+    pub fn new(
+        detail: DeliveryDetail,
+        history: Vec<HistoryEntry>,
+        publications: Vec<PublicationRow>,
+    ) -> DeliveryView {
         DeliveryView {
             response: StoredAnswer {
                 status: detail.summary.response_status,
@@ -135,6 +145,7 @@ impl DeliveryView {
             delivery: detail.summary.into(),
             payload: text(detail.request_body),
             history: history.into_iter().map(HistoryItem::from).collect(),
+            publications: publications.into_iter().map(Publication::from).collect(),
         }
     }
 }

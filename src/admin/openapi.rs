@@ -1,7 +1,7 @@
 //! The admin API's OpenAPI document, generated from the handlers' and
 //! types' annotations, so that it cannot drift from the code.
 
-use super::{api, model, queue};
+use super::{api, model, outbox, queue};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 #[openapi(
     info(
         title = "idempotent-receiver admin API",
-        description = "Views of the stored deliveries and client keys, and the operator's actions on queued endpoints' jobs (each recorded in the delivery's history with the actor `admin:<token fingerprint>`). Every route needs `Authorization: Bearer <admin token>`."
+        description = "Views of the stored deliveries and client keys, the operator's actions on queued endpoints' jobs, and the outbox's publications (retry, republish). Job actions and republishes are recorded in the delivery's history with the actor `admin:<token fingerprint>`. Every route needs `Authorization: Bearer <admin token>`."
     ),
     paths(
         api::list,
@@ -21,6 +21,9 @@ use utoipa::{Modify, OpenApi};
         api::queue_retry_matching,
         api::queue_pause,
         api::queue_resume,
+        api::outbox_list,
+        api::outbox_retry,
+        api::republish,
         api::openapi
     ),
     components(schemas(
@@ -36,6 +39,13 @@ use utoipa::{Modify, OpenApi};
         queue::PausedEndpoint,
         queue::BulkRetry,
         queue::PauseState,
+        outbox::OutboxListing,
+        outbox::Publication,
+        outbox::PublisherBacklog,
+        outbox::OutboxRetry,
+        crate::maintenance::RepublishReport,
+        crate::maintenance::Republication,
+        crate::maintenance::Skipped,
     )),
     modifiers(&BearerToken)
 )]

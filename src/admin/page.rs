@@ -8,6 +8,7 @@ use super::detail::fetch_detail;
 use super::error::{AdminError, retry_after_secs};
 use super::listing::{ListQuery, fetch_page};
 use super::origin::same_origin;
+use super::outbox::{self, OutboxQuery, OutboxRetryQuery, RepublishQuery};
 use super::queue::{self, QueueQuery, RetryQuery};
 use super::views::LoginNotice;
 use super::{session, views};
@@ -27,7 +28,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/logout", web::post().to(logout))
         .route("/view/{endpoint}/{delivery_id}", web::get().to(view))
         .route("/jobs", web::get().to(jobs))
-        .route("/jobs/{action}", web::post().to(job_action));
+        .route("/jobs/{action}", web::post().to(job_action))
+        .route("/publications", web::get().to(publications))
+        .route("/publications/{action}", web::post().to(publication_action));
 }
 
 /// An HTML answer that is never cached, framed or sent with a referrer, and
@@ -255,20 +258,10 @@ async fn job_action(
     action: web::Path<String>,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Err(cross_site) = same_origin(&request) {
-        tracing::info!(reason = %cross_site, "admin queue action refused: cross-site");
-        return AdminError::CrossSite(cross_site).to_response();
-    }
-    match session_access(&admin, &request) {
-        Access::Granted => {}
-        Access::Denied => return unauthorized(),
-        Access::Limited(limited) => return AdminError::TooManyAttempts(limited).to_response(),
-    }
-    let form = std::str::from_utf8(&body)
-        .ok()
-        .and_then(|form| web::Query::<JobForm>::from_query(form).ok())
-        .map(web::Query::into_inner)
-        .unwrap_or_default();
+    let form: JobForm = match form_of(&admin, &request, &body, "queue") {
+        Ok(form) => form,
+        Err(refusal) => return *refusal,
+    };
     let actor = actor(&admin, &request);
     let done = async {
         let endpoint = queue::name("endpoint", form.endpoint.as_deref().unwrap_or(""));
@@ -307,15 +300,134 @@ async fn job_action(
             admin.wake_workers();
             see_other("/admin/jobs")
         }
-        Err(
-            error @ (AdminError::BadParameter { .. }
-            | AdminError::NoJob { .. }
-            | AdminError::Conflict(_)),
-        ) => {
+        Err(error) => refused_form(error, "/admin/jobs"),
+    }
+}
+
+/// A page form's fields, once it passed the checks every form passes:
+/// refused cross-site (403) as log-in and log-out are, and without a
+/// session (401) before anything is read.
+fn form_of<T: serde::de::DeserializeOwned + Default>(
+    admin: &Admin,
+    request: &HttpRequest,
+    body: &[u8],
+    what: &str,
+) -> Result<T, Box<HttpResponse>> {
+    if let Err(cross_site) = same_origin(request) {
+        tracing::info!(reason = %cross_site, "admin {what} action refused: cross-site");
+        return Err(Box::new(AdminError::CrossSite(cross_site).to_response()));
+    }
+    match session_access(admin, request) {
+        Access::Granted => {}
+        Access::Denied => return Err(Box::new(unauthorized())),
+        Access::Limited(limited) => {
+            return Err(Box::new(AdminError::TooManyAttempts(limited).to_response()));
+        }
+    }
+    Ok(std::str::from_utf8(body)
+        .ok()
+        .and_then(|form| web::Query::<T>::from_query(form).ok())
+        .map(web::Query::into_inner)
+        .unwrap_or_default())
+}
+
+/// A form that changed nothing: why, on a page that leads `back`, with
+/// the problem's status; anything else as problem+json.
+fn refused_form(error: AdminError, back: &'static str) -> HttpResponse {
+    match error {
+        error @ (AdminError::BadParameter { .. }
+        | AdminError::NoJob { .. }
+        | AdminError::NotFound { .. }
+        | AdminError::UnknownEndpoint(_)
+        | AdminError::NotRepublishable(_)
+        | AdminError::Conflict(_)) => {
             let status =
                 StatusCode::from_u16(error.to_problem().status).unwrap_or(StatusCode::BAD_REQUEST);
-            html(status, views::notice(&error.to_string()))
+            html(status, views::notice(&error.to_string(), back))
         }
+        error => error.to_response(),
+    }
+}
+
+/// The outbox: each publisher's backlog and the publications a filter
+/// selects (by default the unsent ones), with retry buttons.
+async fn publications(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    if let Some(refusal) = without_session(&admin, &request) {
+        return refusal;
+    }
+    let query = web::Query::<OutboxQuery>::from_query(request.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    let listing = async {
+        let (filter, limit) = query.validate()?;
+        outbox::list(&admin.store, &filter, limit).await
+    };
+    match listing.await {
+        Ok(listing) => html(StatusCode::OK, views::outbox(&query, Ok(&listing))),
+        Err(error @ AdminError::BadParameter { .. }) => html(
+            StatusCode::BAD_REQUEST,
+            views::outbox(&query, Err(error.to_string())),
+        ),
         Err(error) => error.to_response(),
+    }
+}
+
+/// The fields of the outbox forms and the delivery page's republish form.
+#[derive(Deserialize, Default)]
+struct PublicationForm {
+    publisher: Option<String>,
+    endpoint: Option<String>,
+    delivery_id: Option<String>,
+}
+
+/// A form of the outbox page (`retry`) or of a delivery's page
+/// (`republish`), checked as the queue's forms are, done as the API does
+/// it, and answered with the page it came from (303).
+async fn publication_action(
+    admin: web::Data<Admin>,
+    request: HttpRequest,
+    action: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let form: PublicationForm = match form_of(&admin, &request, &body, "outbox") {
+        Ok(form) => form,
+        Err(refusal) => return *refusal,
+    };
+    let actor = actor(&admin, &request);
+    let endpoint = form.endpoint.clone().unwrap_or_default();
+    let delivery_id = form.delivery_id.clone().unwrap_or_default();
+    let done = async {
+        match action.as_str() {
+            "retry" => {
+                let query = OutboxRetryQuery {
+                    publisher: form.publisher.clone(),
+                    endpoint: form.endpoint.clone(),
+                    delivery_id: form.delivery_id.clone(),
+                };
+                let retried = outbox::retry(&admin.store, &query.validate()?, &actor).await?;
+                Ok((retried.retried > 0, "/admin/publications".to_owned()))
+            }
+            "republish" => {
+                let query = RepublishQuery {
+                    publisher: form.publisher.clone(),
+                    dry_run: None,
+                };
+                let republish = query.one(&endpoint, &delivery_id, &actor)?;
+                outbox::republish_one(&admin.republisher, &republish).await?;
+                Ok((true, views::detail_href(&endpoint, &delivery_id)))
+            }
+            _ => Err(AdminError::bad("action", "not an outbox action")),
+        }
+    };
+    match done.await {
+        Ok((wake, back)) => {
+            if wake {
+                admin.wake_relays();
+            }
+            HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, back))
+                .finish()
+        }
+        Err(error) => refused_form(error, "/admin/publications"),
     }
 }

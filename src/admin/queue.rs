@@ -68,7 +68,7 @@ pub struct RetryQuery {
     pub dry_run: Option<String>,
 }
 
-fn given(value: &Option<String>) -> Option<String> {
+pub(super) fn given(value: &Option<String>) -> Option<String> {
     value
         .as_deref()
         .map(str::trim)
@@ -97,7 +97,7 @@ pub fn name(parameter: &'static str, text: &str) -> Result<String, AdminError> {
     Ok(text.to_owned())
 }
 
-fn optional_name(
+pub(super) fn optional_name(
     parameter: &'static str,
     value: &Option<String>,
 ) -> Result<Option<String>, AdminError> {
@@ -111,6 +111,32 @@ fn state(value: &Option<String>, allowed: &[&str]) -> Result<Option<String>, Adm
         Some(state) => Err(AdminError::bad(
             "state",
             format!("{state:?} is not one of {}", allowed.join(", ")),
+        )),
+    }
+}
+
+/// `limit`: 1 to `max`, `default` when absent.
+pub(super) fn limit(value: &Option<String>, default: i64, max: i64) -> Result<i64, AdminError> {
+    match given(value) {
+        None => Ok(default),
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(AdminError::bad(
+                "limit",
+                format!("{text:?} is not a number from 1 to {max}"),
+            )),
+        },
+    }
+}
+
+/// A boolean parameter: `true` or `false`, false when absent.
+pub(super) fn flag(parameter: &'static str, value: &Option<String>) -> Result<bool, AdminError> {
+    match given(value).as_deref() {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(AdminError::bad(
+            parameter,
+            format!("{other:?} is neither true nor false"),
         )),
     }
 }
@@ -135,18 +161,7 @@ impl QueueQuery {
     /// The filter and the limit; `now` anchors relative times.
     pub fn validate(&self, now: NaiveDateTime) -> Result<(JobFilter, i64), AdminError> {
         let states = state(&self.state, &STATES)?.map(|state| vec![state]);
-        let limit = match given(&self.limit) {
-            None => DEFAULT_JOBS,
-            Some(text) => match text.parse::<i64>() {
-                Ok(n) if (1..=MAX_JOBS).contains(&n) => n,
-                _ => {
-                    return Err(AdminError::bad(
-                        "limit",
-                        format!("{text:?} is not a number from 1 to {MAX_JOBS}"),
-                    ));
-                }
-            },
-        };
+        let limit = limit(&self.limit, DEFAULT_JOBS, MAX_JOBS)?;
         let filter = filter(
             &self.endpoint,
             states,
@@ -162,16 +177,7 @@ impl RetryQuery {
     /// The filter (state `dead` unless given) and whether it is a dry run.
     pub fn validate(&self, now: NaiveDateTime) -> Result<(JobFilter, bool), AdminError> {
         let state = state(&self.state, &RETRYABLE)?.unwrap_or_else(|| DEAD.to_owned());
-        let dry_run = match given(&self.dry_run).as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(AdminError::bad(
-                    "dry_run",
-                    format!("{other:?} is neither true nor false"),
-                ));
-            }
-        };
+        let dry_run = flag("dry_run", &self.dry_run)?;
         let filter = filter(
             &self.endpoint,
             Some(vec![state]),

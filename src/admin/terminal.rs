@@ -42,18 +42,24 @@ pub fn table(rows: &[DeliverySummary]) -> String {
             ]
         })
         .collect();
-    let mut widths = HEADERS.map(|h| h.chars().count());
-    for line in &cells {
-        for (width, cell) in widths.iter_mut().zip(line) {
+    aligned(&HEADERS, &cells)
+}
+
+/// `rows` under `headers`, each column padded to its widest cell (the
+/// `list`, `queue list` and `outbox list` tables).
+pub fn aligned<R: AsRef<[String]>>(headers: &[&str], rows: &[R]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row.as_ref()) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let mut out = String::new();
-    let headers = HEADERS.map(str::to_owned);
-    for line in std::iter::once(&headers).chain(&cells) {
+    let headers: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for line in std::iter::once(headers.as_slice()).chain(rows.iter().map(AsRef::as_ref)) {
         let padded: Vec<String> = line
             .iter()
-            .zip(widths)
+            .zip(&widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         out.push_str(padded.join("  ").trim_end());

@@ -4,6 +4,7 @@
 
 use super::detail::KeyRecord;
 use super::listing::{ListQuery, Page};
+use super::outbox::{OutboxListing, OutboxQuery, Publication};
 use super::queue::{QueueJob, QueueListing, QueueQuery};
 use crate::store::DeliverySummary;
 use chrono::NaiveDateTime;
@@ -80,6 +81,7 @@ fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
                     a href="/admin" { "idempotent-receiver · admin" }
                     @if logged_in {
                         a href="/admin/jobs" id="queue-link" { "Queue" }
+                        a href="/admin/publications" id="outbox-link" { "Outbox" }
                         form method="post" action="/admin/logout" {
                             button type="submit" id="logout" { "Log out" }
                         }
@@ -258,6 +260,7 @@ pub fn detail(record: &KeyRecord) -> Markup {
             pre id="response-body" { (text(&detail.response_body).unwrap_or_default()) }
             h2 { "Verified payload" }
             pre id="payload" { (text(&detail.request_body).unwrap_or_else(|| "(not stored)".into())) }
+            (publications_section(record))
             h2 { "History" }
             @if record.history.is_empty() {
                 p id="no-history" { "Nothing happened to this key besides its processing." }
@@ -434,16 +437,165 @@ fn job_row(job: &QueueJob) -> Markup {
     }
 }
 
-/// Why a queue form changed nothing.
-pub fn notice(message: &str) -> Markup {
+/// Why a form changed nothing, with a link `back` to its page.
+pub fn notice(message: &str, back: &str) -> Markup {
+    let label = if back == "/admin/jobs" {
+        "« Queue"
+    } else {
+        "« Outbox"
+    };
     layout(
-        "Queue",
+        "Not done",
         true,
         html! {
-            p { a href="/admin/jobs" { "« Queue" } }
-            p.notice id="queue-notice" { (message) }
+            p { a href=(back) { (label) } }
+            p.notice id="form-notice" { (message) }
         },
     )
+}
+
+/// A one-button form of the outbox page or a delivery's page: the action,
+/// and the publisher, endpoint and delivery it applies to (each when given).
+fn publication_form(
+    path: &str,
+    label: &str,
+    id: String,
+    fields: [(&str, Option<&str>); 3],
+) -> Markup {
+    html! {
+        form.inline method="post" action={ "/admin/publications/" (path) } {
+            @for (name, value) in fields {
+                @if let Some(value) = value {
+                    input type="hidden" name=(name) value=(value);
+                }
+            }
+            button type="submit" id=(id) { (label) }
+        }
+    }
+}
+
+/// The outbox page: each publisher's backlog with a retry of its failed
+/// rows, and the publications `query` selects.
+pub fn outbox(query: &OutboxQuery, listing: Result<&OutboxListing, String>) -> Markup {
+    let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let state = value(&query.state);
+    layout(
+        "Outbox",
+        true,
+        html! {
+            p { a href="/admin" id="back" { "« All deliveries" } }
+            h1 { "Outbox" }
+            form.filters method="get" action="/admin/publications" id="outbox-filters" {
+                label { "Publisher" input name="publisher" value=(value(&query.publisher)); }
+                label { "Endpoint" input name="endpoint" value=(value(&query.endpoint)); }
+                label { "Delivery id" input name="delivery_id" value=(value(&query.delivery_id)); }
+                label { "State"
+                    select name="state" {
+                        option value="" selected[state.is_empty()] { "unsent" }
+                        @for s in ["pending", "failed", "sent"] {
+                            option value=(s) selected[state == s] { (s) }
+                        }
+                    }
+                }
+                button type="submit" id="outbox-apply" { "Filter" }
+            }
+            @match listing {
+                Err(problem) => p.notice id="query-error" { (problem) },
+                Ok(listing) => {
+                    h2 { "Unsent, by publisher" }
+                    @if listing.backlog.is_empty() {
+                        p id="no-backlog" { "Nothing unsent: every publication is confirmed." }
+                    } @else {
+                        div.table-wrap {
+                            table id="backlog" {
+                                thead { tr { th { "Publisher" } th { "Pending" } th { "Failed" } th { "Oldest (UTC)" } th {} } }
+                                tbody {
+                                    @for b in &listing.backlog {
+                                        tr {
+                                            td { (b.publisher) }
+                                            td { (b.pending) }
+                                            td { (b.failed) }
+                                            td { (b.oldest.as_deref().unwrap_or("")) }
+                                            td {
+                                                @if b.failed > 0 {
+                                                    (publication_form("retry", &format!("Retry {} failed", b.failed), format!("retry-publisher-{}", encode(&b.publisher)), [("publisher", Some(&b.publisher)), ("endpoint", None), ("delivery_id", None)]))
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    h2 { "Publications" }
+                    @if listing.publications.is_empty() {
+                        p id="no-publications" { "No publications match." }
+                    } @else {
+                        div.table-wrap {
+                            table id="publications" {
+                                thead { tr {
+                                    th { "Created (UTC)" } th { "Publisher" } th { "Endpoint" } th { "Delivery id" }
+                                    th { "Message id" } th { "Destination" } th { "State" } th { "Attempts" }
+                                    th { "Next attempt (UTC)" } th { "Last error" } th {}
+                                } }
+                                tbody { @for p in &listing.publications { (publication_row(p, true)) } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn publication_row(p: &Publication, with_delivery: bool) -> Markup {
+    html! {
+        tr.publication {
+            td { (p.created_at) }
+            td { (p.publisher) }
+            @if with_delivery {
+                td { (p.endpoint) }
+                td { a.delivery-link href=(detail_href(&p.endpoint, &p.delivery_id)) { (p.delivery_id) } }
+            }
+            td { (p.message_id) }
+            td { (p.destination) }
+            td class={ "state-" (p.state) } { (p.state) @if let Some(c) = &p.confirmation { " (" (c) ")" } }
+            td { (p.attempts) }
+            td { (p.next_attempt_at) }
+            td.error { (p.last_error.as_deref().unwrap_or("")) }
+            td {
+                @if p.state == "failed" {
+                    (publication_form("retry", "Retry", format!("retry-{}", p.id), [("publisher", Some(&p.publisher)), ("endpoint", Some(&p.endpoint)), ("delivery_id", Some(&p.delivery_id))]))
+                }
+            }
+        }
+    }
+}
+
+/// A delivery's publications on its page, and the form that republishes it.
+fn publications_section(record: &KeyRecord) -> Markup {
+    let row = &record.detail.summary;
+    html! {
+        h2 { "Publications" }
+        @if record.publications.is_empty() {
+            p id="no-publications" { "Not published: its endpoint has no publish handler, or its handlers did not accept it." }
+        } @else {
+            div.table-wrap {
+                table id="publications" {
+                    thead { tr {
+                        th { "Created (UTC)" } th { "Publisher" } th { "Message id" } th { "Destination" }
+                        th { "State" } th { "Attempts" } th { "Next attempt (UTC)" } th { "Last error" } th {}
+                    } }
+                    tbody {
+                        @for p in &record.publications {
+                            (publication_row(&super::outbox::Publication::from(p.clone()), false))
+                        }
+                    }
+                }
+            }
+        }
+        p { (publication_form("republish", "Republish to every publisher", "republish".into(), [("publisher", None), ("endpoint", Some(&row.endpoint)), ("delivery_id", Some(&row.delivery_id))])) }
+    }
 }
 
 #[cfg(test)]

@@ -44,10 +44,7 @@ pub async fn reconcile(settings: &Settings, args: ReconcileArgs) -> anyhow::Resu
 
 pub async fn reprocess(settings: &Settings, args: ReprocessArgs) -> anyhow::Result<()> {
     let webhooks = operator_webhooks(settings).await?;
-    let actor = args
-        .actor
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "cli".into());
+    let actor = super::actor(args.actor);
     let response =
         maintenance::reprocess(&webhooks, &args.endpoint, &args.delivery, &actor).await?;
     println!("HTTP {}", response.status);

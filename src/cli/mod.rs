@@ -4,6 +4,7 @@
 mod fixtures;
 mod list;
 mod maintenance;
+mod outbox;
 mod providers;
 mod purge;
 mod queue;
@@ -71,8 +72,9 @@ enum Command {
     /// GET /readyz (the database answers); GET /metrics (Prometheus text); and, once an
     /// admin token is configured, /admin (the page, /admin/login, /admin/logout) and
     /// its API /admin/deliveries, /admin/deliveries/{endpoint}/{delivery_id},
-    /// /admin/stats, /admin/queue (and its retry, cancel, pause and resume actions)
-    /// and /admin/openapi.json, on `admin_listen` if set.
+    /// /admin/stats, /admin/queue (and its retry, cancel, pause and resume actions),
+    /// /admin/outbox (and its retry; a delivery's republish) and /admin/openapi.json,
+    /// on `admin_listen` if set.
     #[command(after_help = ENVIRONMENT)]
     Serve,
     /// Apply the pending database migrations and exit.
@@ -95,6 +97,11 @@ enum Command {
     /// Straight on the database, as the admin API's /admin/queue routes do; every
     /// retry and cancel is recorded in the delivery's history with --actor.
     Queue(queue::Args),
+    /// Operate the outbox of `publish:NAME` handlers: list publications, retry failed ones, republish deliveries.
+    ///
+    /// Straight on the database, as the admin API's /admin/outbox routes do; every
+    /// republish is recorded in the delivery's history with --actor.
+    Outbox(outbox::Args),
     /// List every provider name `provider = "..."` accepts, with what it signs, its key,
     /// timestamp, handshake and retry window (a Markdown table, as in the README).
     Providers,
@@ -124,6 +131,14 @@ impl Command {
             Command::Send(_) | Command::Sign(_) | Command::Fixtures { .. } | Command::Providers
         )
     }
+}
+
+/// Who an operator's command is recorded as: `--actor`, else `$USER`, else
+/// `cli`.
+fn actor(given: Option<String>) -> String {
+    given
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "cli".into())
 }
 
 /// `--listen` / `IR_LISTEN`: refused here rather than at bind time.
@@ -199,6 +214,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         Command::Purge(args) => purge::run(&settings, args).await?,
         Command::List(args) => list::run(&settings, args).await?,
         Command::Queue(args) => queue::run(&settings, args).await?,
+        Command::Outbox(args) => outbox::run(&settings, args).await?,
         Command::Fixtures { dir } => {
             let written = fixtures::write_all(&dir)?;
             println!(

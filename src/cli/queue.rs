@@ -4,6 +4,7 @@
 //! resume tells the serving instances by NOTIFY on PostgreSQL; on SQLite
 //! the serving process finds the job at its next poll (`queue_poll`).
 
+use super::actor;
 use idempotent_receiver::admin::queue::{self, QueueListing, QueueQuery, RetryQuery};
 use idempotent_receiver::config::Settings;
 use idempotent_receiver::startup;
@@ -88,13 +89,6 @@ enum QueueCommand {
         #[arg(long)]
         actor: Option<String>,
     },
-}
-
-/// `--actor`, else `$USER`, else `cli`, as `reprocess` does.
-fn actor(given: Option<String>) -> String {
-    given
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "cli".into())
 }
 
 pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
@@ -230,26 +224,6 @@ fn table(listing: &QueueListing) -> String {
         "NEXT RUN (UTC)",
         "LAST ERROR",
     ];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut text = cells
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect::<Vec<_>>()
-            .join("  ");
-        text.truncate(text.trim_end().len());
-        text.push('\n');
-        text
-    };
-    out.push_str(&line(header.to_vec()));
-    for row in &rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
+    out.push_str(&idempotent_receiver::admin::aligned(&header, &rows));
     out
 }

@@ -9,7 +9,8 @@
 //! `ledger_entries` and `payments` are domain data and stay.
 //!
 //! Claims abandoned mid-way are reconciled ([`reconcile()`]), and an operator
-//! can run a stored delivery again ([`reprocess()`]).
+//! can run a stored delivery again ([`reprocess()`]) or put it on the bus
+//! again ([`Republisher`]).
 
 mod policy;
 mod purge;
@@ -18,6 +19,7 @@ mod reconcile;
 mod relay;
 mod report;
 mod reprocess;
+mod republish;
 mod retention_check;
 mod schedule;
 
@@ -28,6 +30,10 @@ pub use reconcile::{ReconcileReport, ReconcileTask, Reconciler, reconcile};
 pub use relay::{PublisherRelay, Relay, RelayReport, RelaySettings, relay_due};
 pub use report::{PurgeReport, ScopeCounts};
 pub use reprocess::{ReprocessError, reprocess};
+pub use republish::{
+    REPUBLISHED, Republication, RepublishError, RepublishReport, RepublishRequest, Republisher,
+    Selection, Skipped,
+};
 pub use retention_check::{ShortRetention, short_retentions};
 pub use schedule::PurgeTask;
 

@@ -11,6 +11,9 @@ pub struct PurgeReport {
     /// Keyed by scope: an endpoint name, or a client-key scope such as
     /// `POST /payments`. Only scopes with something expired appear.
     pub scopes: BTreeMap<String, ScopeCounts>,
+    /// Sent outbox rows past their endpoint's retention (unsent ones are
+    /// never purged).
+    pub publications: u64,
     /// Transactions that deleted rows (none in a dry run).
     pub batches: usize,
     /// The most rows one transaction deleted.
@@ -70,8 +73,11 @@ impl PurgeReport {
 impl fmt::Display for PurgeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let total = self.total();
-        if total == 0 {
+        if total == 0 && self.publications == 0 {
             return writeln!(f, "nothing to purge: no key has outlived its retention");
+        }
+        if total == 0 {
+            return self.fmt_publications(f);
         }
         if self.dry_run {
             writeln!(
@@ -109,7 +115,22 @@ impl fmt::Display for PurgeReport {
                 format_duration(counts.retention)
             )?;
         }
-        writeln!(f, "  {:<width$}  {total:>8}", "total")
+        writeln!(f, "  {:<width$}  {total:>8}", "total")?;
+        self.fmt_publications(f)
+    }
+}
+
+impl PurgeReport {
+    /// The line about sent outbox rows, when there were any.
+    fn fmt_publications(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.publications, self.dry_run) {
+            (0, _) => Ok(()),
+            (n, true) => writeln!(
+                f,
+                "dry run: {n} sent publication(s) would be deleted from the outbox"
+            ),
+            (n, false) => writeln!(f, "deleted {n} sent publication(s) from the outbox"),
+        }
     }
 }
 
@@ -139,6 +160,11 @@ mod tests {
         );
         assert!(text.ends_with("  total                 10\n"), "{text}");
         assert!(!text.contains("idle"));
+        assert!(!text.contains("publication"));
+        report.publications = 2;
+        assert!(report.to_string().ends_with(
+            "  total                 10\ndeleted 2 sent publication(s) from the outbox\n"
+        ));
         assert_eq!(report.deleted_in("shop"), 7);
         assert_eq!(report.deleted_in("idle"), 0);
     }

@@ -76,6 +76,7 @@ fn log(report: &PurgeReport) {
     }
     tracing::info!(
         deleted = report.total(),
+        publications = report.publications,
         batches = report.batches,
         elapsed_ms = u64::try_from(report.elapsed.as_millis()).unwrap_or(u64::MAX),
         "purge finished"

@@ -5,7 +5,7 @@
 //! the other one did.
 
 use super::schema::outbox;
-use super::{Backend, DbConn, StoreError};
+use super::{Backend, DbConn, Scopes, StoreError};
 use crate::with_conn;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -113,6 +113,21 @@ fn take_due_sql(backend: Backend) -> String {
         sql = sql.replace(&format!("{{{n}}}"), &placeholder(n));
     }
     sql
+}
+
+/// Sent rows of `$scopes` confirmed at or before `$before`, as a boxed
+/// query typed for the backend of the arm it is pasted into.
+macro_rules! sent_in_scopes {
+    ($scopes:expr, $before:expr) => {{
+        let query = outbox::table
+            .filter(outbox::state.eq(SENT))
+            .filter(outbox::sent_at.le($before))
+            .into_boxed();
+        match $scopes {
+            Scopes::Only(scope) => query.filter(outbox::endpoint.eq(scope)),
+            Scopes::AllBut(excluded) => query.filter(outbox::endpoint.ne_all(excluded)),
+        }
+    }};
 }
 
 impl DbConn {
@@ -353,24 +368,42 @@ impl DbConn {
         Ok(backlog.into_values().collect())
     }
 
-    /// Deletes up to `limit` sent rows confirmed before `before`; the number
-    /// deleted. Unsent rows are never purged: they are what an outage left.
+    /// Deletes up to `limit` sent rows of `scopes` confirmed at or before
+    /// `before`, oldest first; the number deleted. Unsent rows are never
+    /// purged: they are what an outage left.
     pub async fn purge_sent_publications(
         &mut self,
+        scopes: Scopes<'_>,
         before: NaiveDateTime,
         limit: i64,
     ) -> Result<usize, StoreError> {
         Ok(with_conn!(self, |c| {
-            let batch = outbox::table
-                .filter(outbox::state.eq(SENT))
-                .filter(outbox::sent_at.lt(before))
+            let batch = sent_in_scopes!(scopes, before)
                 .select(outbox::id)
                 .order(outbox::id.asc())
                 .limit(limit.max(0));
             let ids: Vec<i64> = batch.load(c).await?;
-            diesel::delete(outbox::table.filter(outbox::id.eq_any(ids)))
-                .execute(c)
-                .await
+            // The condition again: a row made due meanwhile (it cannot be,
+            // once sent, but an operator's hand may) stays.
+            diesel::delete(
+                outbox::table
+                    .filter(outbox::id.eq_any(ids))
+                    .filter(outbox::state.eq(SENT)),
+            )
+            .execute(c)
+            .await
+        })?)
+    }
+
+    /// How many sent rows of `scopes` were confirmed at or before `before`
+    /// (a dry run's count).
+    pub async fn count_sent_publications(
+        &mut self,
+        scopes: Scopes<'_>,
+        before: NaiveDateTime,
+    ) -> Result<i64, StoreError> {
+        Ok(with_conn!(self, |c| {
+            sent_in_scopes!(scopes, before).count().get_result(c).await
         })?)
     }
 }

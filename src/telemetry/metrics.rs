@@ -36,6 +36,7 @@ pub const CONFLICTS: &str = "ir_webhook_conflicts_total";
 pub const PROCESSING_SECONDS: &str = "ir_webhook_processing_seconds";
 pub const LEASE_TAKEOVERS: &str = "ir_lease_takeovers_total";
 pub const PURGE_DELETED: &str = "ir_purge_deleted_keys_total";
+pub const PURGE_DELETED_PUBLICATIONS: &str = "ir_purge_deleted_publications_total";
 pub const RECONCILE_OUTCOMES: &str = "ir_reconcile_claims_total";
 pub const CLIENT_KEY_REQUESTS: &str = "ir_client_key_requests_total";
 pub const HTTP_REQUESTS: &str = "ir_http_requests_total";
@@ -200,6 +201,10 @@ fn describe() {
     describe_counter!(
         PURGE_DELETED,
         "Expired keys deleted by the purge, by kind (completed, abandoned)."
+    );
+    describe_counter!(
+        PURGE_DELETED_PUBLICATIONS,
+        "Sent outbox rows deleted by the purge once past their endpoint's retention."
     );
     describe_counter!(
         RECONCILE_OUTCOMES,
@@ -570,6 +575,13 @@ pub fn purge_deleted(completed: u64, abandoned: u64) {
     if let Some(h) = handles() {
         h.purged_completed.increment(completed);
         h.purged_abandoned.increment(abandoned);
+    }
+}
+
+/// The purge deleted `n` sent outbox rows.
+pub fn purge_deleted_publications(n: u64) {
+    if handles().is_some() {
+        ::metrics::counter!(PURGE_DELETED_PUBLICATIONS).increment(n);
     }
 }
 

@@ -309,6 +309,9 @@ both_backends_with!(admin;
             BTreeSet::from([
                 "/admin/deliveries",
                 "/admin/deliveries/{endpoint}/{delivery_id}",
+                "/admin/deliveries/{endpoint}/{delivery_id}/republish",
+                "/admin/outbox",
+                "/admin/outbox/retry",
                 "/admin/stats",
                 "/admin/openapi.json",
                 "/admin/queue",

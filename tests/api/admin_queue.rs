@@ -66,7 +66,7 @@ async fn dead_jobs(app: &TestApp, endpoint: &str, ids: &[&str]) {
     }
 }
 
-async fn admin_post(app: &TestApp, path: &str, token: Option<&str>) -> reqwest::Response {
+pub async fn admin_post(app: &TestApp, path: &str, token: Option<&str>) -> reqwest::Response {
     let mut request = app.client.post(format!("{}{path}", app.admin_address));
     if let Some(token) = token {
         request = request.bearer_auth(token);
@@ -74,7 +74,7 @@ async fn admin_post(app: &TestApp, path: &str, token: Option<&str>) -> reqwest::
     request.send().await.expect("the receiver answers")
 }
 
-async fn post_json(app: &TestApp, path: &str) -> Value {
+pub async fn post_json(app: &TestApp, path: &str) -> Value {
     let response = admin_post(app, path, Some(ADMIN_TOKEN)).await;
     let status = response.status();
     let text = response.text().await.unwrap();

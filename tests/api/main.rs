@@ -12,6 +12,7 @@ mod test_schema;
 mod admin;
 mod admin_cli;
 mod admin_login;
+mod admin_outbox;
 mod admin_queue;
 mod bad_input;
 mod batches;

@@ -22,6 +22,7 @@ mod reprocess;
 mod republish;
 mod retention_check;
 mod schedule;
+mod wakeups;
 
 pub use policy::RetentionPolicy;
 pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge};

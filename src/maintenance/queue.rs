@@ -184,7 +184,14 @@ impl QueueWorkers {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let listener = match webhooks.engine().store().url() {
             DatabaseUrl::Postgres(url) => {
-                Some(runtime.spawn(listen(url.clone(), webhooks.clone(), stopped.clone())))
+                let wake = webhooks.queue_wake().clone();
+                Some(runtime.spawn(super::wakeups::listen(
+                    url.clone(),
+                    QUEUE_CHANNEL,
+                    "queue",
+                    move || wake.notify_one(),
+                    stopped.clone(),
+                )))
             }
             DatabaseUrl::Sqlite(_) => None,
         };
@@ -276,74 +283,21 @@ async fn sample_gauges(
     }
 }
 
-/// Wakes this process's workers whenever any instance commits a job. A
-/// lost connection is re-established; meanwhile the poll covers.
-async fn listen(url: String, webhooks: Webhooks, mut stopped: tokio::sync::watch::Receiver<bool>) {
-    use diesel_async::{AsyncConnection, RunQueryDsl};
-    use futures_util::StreamExt;
-    loop {
-        let connected = async {
-            let mut conn = diesel_async::AsyncPgConnection::establish(&url)
-                .await
-                .map_err(|e| e.to_string())?;
-            diesel::sql_query(format!("LISTEN {QUEUE_CHANNEL}"))
-                .execute(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(conn)
-        };
-        let mut conn = match connected.await {
-            Ok(conn) => conn,
-            Err(error) => {
-                // The URL is not in the message: connection errors name the
-                // host, never the password.
-                tracing::warn!(error = %crate::log_text::escaped(&error), "queue listener could not connect; relying on the poll");
-                tokio::select! {
-                    _ = stopped.changed() => return,
-                    () = tokio::time::sleep(Duration::from_secs(5)) => continue,
-                }
-            }
-        };
-        let mut notifications = std::pin::pin!(conn.notifications_stream());
-        loop {
-            tokio::select! {
-                _ = stopped.changed() => return,
-                next = notifications.next() => match next {
-                    Some(Ok(_)) => webhooks.queue_wake().notify_one(),
-                    Some(Err(error)) => {
-                        tracing::warn!(%error, "queue listener lost its connection");
-                        break;
-                    }
-                    None => break,
-                },
-            }
-        }
-    }
-}
-
 /// Tells other instances' workers, through PostgreSQL's `NOTIFY`, that this
-/// process committed jobs: after the commits, at most once per
-/// `NOTIFY_EVERY`, on a connection of its own. Runs in every `serve` process
+/// process committed jobs: after the commits, batched, on a connection of
+/// its own (see `wakeups`). Runs in every `serve` process
 /// with a queued endpoint on PostgreSQL, whether or not it has workers.
 pub fn spawn_notifier(webhooks: Webhooks) -> Option<tokio::task::JoinHandle<()>> {
-    const NOTIFY_EVERY: Duration = Duration::from_millis(20);
     let postgres = matches!(webhooks.engine().store().url(), DatabaseUrl::Postgres(_));
     if !postgres || !webhooks.endpoints().any(|e| e.queue.is_some()) {
         return None;
     }
-    Some(tokio::spawn(async move {
-        let enqueued = webhooks.queue_enqueued().clone();
-        loop {
-            enqueued.notified().await;
-            // Jobs committed in the next moment share this notification.
-            tokio::time::sleep(NOTIFY_EVERY).await;
-            let sent = match webhooks.engine().store().conn().await {
-                Ok(mut conn) => conn.notify_queue().await,
-                Err(e) => Err(e),
-            };
-            if let Err(error) = sent {
-                tracing::warn!(%error, "could not notify other instances of new jobs; they poll");
-            }
-        }
-    }))
+    let store = webhooks.engine().store().clone();
+    let committed = webhooks.queue_enqueued().clone();
+    Some(tokio::spawn(super::wakeups::notify_after_commits(
+        store,
+        committed,
+        QUEUE_CHANNEL,
+        "new jobs",
+    )))
 }

@@ -276,7 +276,12 @@ impl Relay {
         };
         // An instance that only ingests still tells the others' relays.
         if postgres.is_some() {
-            helpers.push(tokio::spawn(notify(store.clone(), signal.clone())));
+            helpers.push(tokio::spawn(super::wakeups::notify_after_commits(
+                store.clone(),
+                signal.committed_notify().clone(),
+                OUTBOX_CHANNEL,
+                "publications",
+            )));
         }
         if !settings.enabled {
             tracing::info!("this process relays no publications (outbox_relay = false)");
@@ -297,7 +302,14 @@ impl Relay {
             )));
         }
         if let Some(url) = postgres {
-            helpers.push(tokio::spawn(listen(url, signal.clone(), stopped.clone())));
+            let signal = signal.clone();
+            helpers.push(tokio::spawn(super::wakeups::listen(
+                url,
+                OUTBOX_CHANNEL,
+                "outbox",
+                move || signal.wake_local(),
+                stopped.clone(),
+            )));
         }
         let names = publishers.iter().map(|p| p.name.clone());
         helpers.push(tokio::spawn(sample_gauges(
@@ -402,73 +414,6 @@ async fn sample_gauges(
         tokio::select! {
             _ = stopped.changed() => return,
             () = tokio::time::sleep(SAMPLE_EVERY) => {}
-        }
-    }
-}
-
-/// Wakes this process's relays whenever any instance commits publications.
-/// A lost connection is re-established; meanwhile the poll covers.
-async fn listen(
-    url: String,
-    signal: OutboxSignal,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) {
-    use diesel_async::{AsyncConnection, RunQueryDsl};
-    use futures_util::StreamExt;
-    loop {
-        let connected = async {
-            let mut conn = diesel_async::AsyncPgConnection::establish(&url)
-                .await
-                .map_err(|e| e.to_string())?;
-            diesel::sql_query(format!("LISTEN {OUTBOX_CHANNEL}"))
-                .execute(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(conn)
-        };
-        let mut conn = match connected.await {
-            Ok(conn) => conn,
-            Err(error) => {
-                tracing::warn!(error = %crate::log_text::escaped(&error), "outbox listener could not connect; relying on the poll");
-                tokio::select! {
-                    _ = stopped.changed() => return,
-                    () = tokio::time::sleep(Duration::from_secs(5)) => continue,
-                }
-            }
-        };
-        let mut notifications = std::pin::pin!(conn.notifications_stream());
-        loop {
-            tokio::select! {
-                _ = stopped.changed() => return,
-                next = notifications.next() => match next {
-                    Some(Ok(_)) => signal.wake_local(),
-                    Some(Err(error)) => {
-                        tracing::warn!(%error, "outbox listener lost its connection");
-                        break;
-                    }
-                    None => break,
-                },
-            }
-        }
-    }
-}
-
-/// Tells other instances' relays, through `NOTIFY`, that this process
-/// committed publications: after the commits, at most once per 20 ms, on a
-/// connection of its own (a `NOTIFY` inside every delivery's transaction
-/// would serialise their commits).
-async fn notify(store: Store, signal: OutboxSignal) {
-    const NOTIFY_EVERY: Duration = Duration::from_millis(20);
-    let committed = signal.committed_notify().clone();
-    loop {
-        committed.notified().await;
-        tokio::time::sleep(NOTIFY_EVERY).await;
-        let sent = match store.conn().await {
-            Ok(mut conn) => conn.notify_outbox().await,
-            Err(e) => Err(e),
-        };
-        if let Err(error) = sent {
-            tracing::warn!(%error, "could not notify other instances of publications; they poll");
         }
     }
 }

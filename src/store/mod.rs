@@ -209,6 +209,22 @@ pub struct Transaction {
     _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
+impl DbConn {
+    /// `NOTIFY channel` on PostgreSQL, delivered to every `LISTEN`ing
+    /// instance when the transaction (if any) commits; nothing on SQLite,
+    /// whose one process wakes its own tasks.
+    pub async fn notify(&mut self, channel: &str) -> Result<(), StoreError> {
+        use diesel_async::RunQueryDsl;
+        if let DbConn::Pg(c) = self {
+            let c: &mut PgConn = c;
+            diesel::sql_query(format!("NOTIFY {channel}"))
+                .execute(c)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
 impl Transaction {
     pub fn conn(&mut self) -> &mut DbConn {
         &mut self.conn

@@ -162,16 +162,10 @@ impl DbConn {
         Ok(inserted == 1)
     }
 
-    /// Tells every instance's relays that publications are due: `NOTIFY` on
-    /// PostgreSQL; nothing on SQLite, whose one process wakes its own.
+    /// Tells every instance's relays that publications are due (see
+    /// [`DbConn::notify`]).
     pub async fn notify_outbox(&mut self) -> Result<(), StoreError> {
-        if let DbConn::Pg(c) = self {
-            let c: &mut super::PgConn = c;
-            diesel::sql_query(format!("NOTIFY {OUTBOX_CHANNEL}"))
-                .execute(c)
-                .await?;
-        }
-        Ok(())
+        self.notify(OUTBOX_CHANNEL).await
     }
 
     /// Takes up to `limit` of `publisher`'s due rows under `owner`'s lease

@@ -165,17 +165,10 @@ impl DbConn {
         Ok(())
     }
 
-    /// Tells every instance's workers that a job is due: `NOTIFY` on
-    /// PostgreSQL, delivered when the transaction commits; nothing on SQLite,
-    /// whose one process wakes its own workers.
+    /// Tells every instance's workers that a job is due (see
+    /// [`DbConn::notify`]).
     pub async fn notify_queue(&mut self) -> Result<(), StoreError> {
-        if let DbConn::Pg(c) = self {
-            let c: &mut super::PgConn = c;
-            diesel::sql_query(format!("NOTIFY {QUEUE_CHANNEL}"))
-                .execute(c)
-                .await?;
-        }
-        Ok(())
+        self.notify(QUEUE_CHANNEL).await
     }
 
     /// Takes the next due job under `owner`'s lease until `until`.

@@ -14,7 +14,7 @@ use crate::publishers::{Broker, Confirmed, Message, OutboxSignal, PublisherSetti
 use crate::store::outbox::{OUTBOX_CHANNEL, TakenPublication};
 use crate::store::{DatabaseUrl, Store, StoreError};
 use crate::telemetry::metrics::{self, OutboxGauges};
-use chrono::TimeDelta;
+use chrono::{NaiveDateTime, TimeDelta};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,7 +144,7 @@ async fn take(
         .take_publications(
             relay.name(),
             &relay.owner,
-            now + lease,
+            now.checked_add_signed(lease).unwrap_or(NaiveDateTime::MAX),
             now,
             i64::try_from(settings.batch).unwrap_or(i64::MAX),
         )
@@ -213,7 +213,9 @@ async fn publish(
                         row.id,
                         &relay.owner,
                         &message.to_string(),
-                        confirmed_at + delay,
+                        confirmed_at
+                            .checked_add_signed(delay)
+                            .unwrap_or(NaiveDateTime::MAX),
                         give_up,
                     )
                     .await?

@@ -256,27 +256,34 @@ impl DbConn {
         })?)
     }
 
-    /// The jobs `filter` selects, newest first, at most `limit`.
+    /// The jobs `filter` selects, newest first, at most `limit`, in one
+    /// query.
     pub async fn jobs(
         &mut self,
         filter: &JobFilter,
         limit: i64,
     ) -> Result<Vec<JobRow>, StoreError> {
-        let keys = self.matching_jobs(filter).await?;
-        let mut rows = Vec::new();
-        for (endpoint, delivery_id) in keys.into_iter().take(limit.max(0) as usize) {
-            if let Some(row) = self.job(&endpoint, &delivery_id).await? {
-                rows.push(row);
-            }
-        }
-        Ok(rows)
+        self.select_jobs(filter, Some(limit)).await
     }
 
-    /// The keys of the jobs `filter` selects, newest first.
+    /// The keys of every job `filter` selects, newest first.
     pub async fn matching_jobs(
         &mut self,
         filter: &JobFilter,
     ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(self
+            .select_jobs(filter, None)
+            .await?
+            .into_iter()
+            .map(|row| (row.endpoint, row.delivery_id))
+            .collect())
+    }
+
+    async fn select_jobs(
+        &mut self,
+        filter: &JobFilter,
+        limit: Option<i64>,
+    ) -> Result<Vec<JobRow>, StoreError> {
         use super::schema::deliveries;
         let unfinished = [QUEUED, RUNNING, RETRYING, DEAD]
             .map(str::to_owned)
@@ -290,12 +297,15 @@ impl DbConn {
                         .and(deliveries::delivery_id.eq(queue_jobs::delivery_id))),
                 )
                 .filter(queue_jobs::state.eq_any(states))
-                .select((queue_jobs::endpoint, queue_jobs::delivery_id))
+                .select(JobRow::as_select())
                 .order((
                     queue_jobs::received_at.desc(),
                     queue_jobs::delivery_id.desc(),
                 ))
                 .into_boxed();
+            if let Some(limit) = limit {
+                query = query.limit(limit.max(0));
+            }
             if let Some(endpoint) = &filter.endpoint {
                 query = query.filter(queue_jobs::endpoint.eq(endpoint.clone()));
             }
@@ -308,7 +318,7 @@ impl DbConn {
             if let Some(before) = filter.received_before {
                 query = query.filter(queue_jobs::received_at.lt(before));
             }
-            query.load::<(String, String)>(c).await
+            query.load::<JobRow>(c).await
         })?)
     }
 

@@ -82,7 +82,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say() { printf '\n==> %s\n' "$*" >&2; }
+say() { printf '\n==> %s %s\n' "$(date +%T)" "$*" >&2; }
 
 # Where the CPU went during a run: the client's own (pgbench or loadgen,
 # from /usr/bin/time), the receiver's (/proc/PID/stat), and the rest of the
@@ -569,6 +569,7 @@ $publisher"
   stop_server
   read -r sent span < <(oq "$backend" "$url" "SELECT count(*), $(span_sql "$backend" sent_at) FROM outbox WHERE endpoint = '$ep_out' AND state = 'sent'" | tr '|' ' ')
   rate=$(awk -v n="$sent" -v s="$span" 'BEGIN { printf "%.0f", (n - 1) / (s > 0 ? s : 1e-9) }')
+  rm -f "$WORK/ids.landed" "$WORK/ids.e2e"
   landed=$("$OUTBOXBENCH" consume --broker "$b" --name "$name" --endpoint "$ep_out" --expect "$backlog" \
     --idle 3 --timeout 120 --ids-out "$WORK/ids.landed" | grep '^RESULT ')
   read -r missing extra received repeated < <(landed_vs_outbox "$backend" "$url" "$ep_out" "$WORK/ids.landed")
@@ -584,7 +585,7 @@ $publisher"
   SERVER_ENDPOINTS=$endpoints
   start_server "$url" "$port"
   SERVER_ENDPOINTS=
-  "$OUTBOXBENCH" consume --broker "$b" --name "$name" --endpoint "$ep_e2e" --idle 5 \
+  "$OUTBOXBENCH" consume --broker "$b" --name "$name" --endpoint "$ep_e2e" --idle 3 \
     --timeout "$((DURATION + 120))" --ids-out "$WORK/ids.e2e" >"$WORK/consume.e2e" &
   local consumer=$! r_e hist e2e expected
   r_e=$(LG_ENDPOINT=$ep_e2e loadgen "$backend-$b-e2e" "" "$port" fresh --concurrency "$CONCURRENCY" --rate "$OUTBOX_RATE")

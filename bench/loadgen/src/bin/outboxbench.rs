@@ -173,12 +173,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let names = Names::check(name)?;
             let body = body_of(*size);
             let (messages, in_flight) = ((*messages).max(2), (*in_flight).max(1));
+            let load = Load {
+                messages,
+                in_flight,
+                body,
+            };
             let timing = match broker {
-                Broker::Nats => baseline_nats(&args, &names, messages, in_flight, body).await,
-                Broker::Rabbitmq => {
-                    baseline_rabbitmq(&args, &names, messages, in_flight, body).await
-                }
-                Broker::Redis => baseline_redis(&args, &names, messages, in_flight, body).await,
+                Broker::Nats => baseline_nats(&args, &names, load).await,
+                Broker::Rabbitmq => baseline_rabbitmq(&args, &names, load).await,
+                Broker::Redis => baseline_redis(&args, &names, load).await,
             }?;
             timing.report(*broker, messages, in_flight, *size);
             Ok(())
@@ -193,20 +196,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ids_out,
         } => {
             let names = Names::check(name)?;
-            let limits = Limits {
-                expect: *expect,
-                idle: Duration::from_secs_f64(*idle),
-                deadline: Instant::now() + Duration::from_secs_f64(*timeout),
+            let from = From {
+                names: &names,
+                endpoint,
+                limits: Limits {
+                    expect: *expect,
+                    idle: Duration::from_secs_f64(*idle),
+                    deadline: Instant::now() + Duration::from_secs_f64(*timeout),
+                },
             };
             let mut arrivals = Arrivals::default();
             match broker {
-                Broker::Nats => consume_nats(&args, &names, endpoint, &limits, &mut arrivals).await,
-                Broker::Rabbitmq => {
-                    consume_rabbitmq(&args, &names, endpoint, &limits, &mut arrivals).await
-                }
-                Broker::Redis => {
-                    consume_redis(&args, &names, endpoint, &limits, &mut arrivals).await
-                }
+                Broker::Nats => consume_nats(&args, &from, &mut arrivals).await,
+                Broker::Rabbitmq => consume_rabbitmq(&args, &from, &mut arrivals).await,
+                Broker::Redis => consume_redis(&args, &from, &mut arrivals).await,
             }?;
             if let Some(path) = ids_out {
                 arrivals.write_ids(path)?;
@@ -257,6 +260,13 @@ fn body_of(size: usize) -> bytes::Bytes {
 
 // ------------------------------------------------------------ baseline
 
+/// What a baseline publishes: `messages` bodies, `in_flight` at once.
+struct Load {
+    messages: u64,
+    in_flight: usize,
+    body: bytes::Bytes,
+}
+
 /// When each confirmation came.
 struct Timing {
     started: Instant,
@@ -292,11 +302,12 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 
 /// Publishes messages `0..messages`, `in_flight` at a time, each through
 /// `publish` (which returns once the broker confirmed).
-async fn drive<F, Fut>(messages: u64, in_flight: usize, publish: F) -> anyhow::Result<Timing>
+async fn drive<F, Fut>(load: &Load, publish: F) -> anyhow::Result<Timing>
 where
     F: Fn(u64) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    let (messages, in_flight) = (load.messages, load.in_flight);
     let started = Instant::now();
     let mut confirmations = futures_util::stream::iter(0..messages)
         .map(|n| {
@@ -335,13 +346,7 @@ async fn jetstream(args: &Args) -> anyhow::Result<async_nats::jetstream::Context
     Ok(async_nats::jetstream::new(client))
 }
 
-async fn baseline_nats(
-    args: &Args,
-    names: &Names<'_>,
-    messages: u64,
-    in_flight: usize,
-    body: bytes::Bytes,
-) -> anyhow::Result<Timing> {
+async fn baseline_nats(args: &Args, names: &Names<'_>, load: Load) -> anyhow::Result<Timing> {
     use async_nats::jetstream::stream;
     let js = jetstream(args).await?;
     // The stream the receiver's publisher makes: file storage, the default
@@ -357,8 +362,8 @@ async fn baseline_nats(
     .context("creating the baseline's stream")?;
     let subject = names.subject("baseline");
     let (js, subject) = (&js, &subject);
-    drive(messages, in_flight, |n| {
-        let body = body.clone();
+    drive(&load, |n| {
+        let body = load.body.clone();
         async move {
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(
@@ -389,13 +394,7 @@ async fn rabbitmq(args: &Args) -> anyhow::Result<lapin::Connection> {
         .context("connecting to RabbitMQ")
 }
 
-async fn baseline_rabbitmq(
-    args: &Args,
-    names: &Names<'_>,
-    messages: u64,
-    in_flight: usize,
-    body: bytes::Bytes,
-) -> anyhow::Result<Timing> {
+async fn baseline_rabbitmq(args: &Args, names: &Names<'_>, load: Load) -> anyhow::Result<Timing> {
     use lapin::options::{
         BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
         QueueDeclareOptions,
@@ -440,8 +439,8 @@ async fn baseline_rabbitmq(
         .await?;
     let routing_key = names.subject("baseline");
     let (channel, exchange, routing_key) = (&channel, &exchange, &routing_key);
-    let timing = drive(messages, in_flight, |n| {
-        let body = body.clone();
+    let timing = drive(&load, |n| {
+        let body = load.body.clone();
         async move {
             let properties = lapin::BasicProperties::default()
                 .with_delivery_mode(2)
@@ -468,27 +467,25 @@ async fn baseline_rabbitmq(
 
 async fn redis_connection(args: &Args) -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(args.redis_url.as_str())?;
+    // Longer than the consumer's blocking reads (at most 1 s each).
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
     client
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&config)
         .await
         .context("connecting to Redis")
 }
 
-async fn baseline_redis(
-    args: &Args,
-    names: &Names<'_>,
-    messages: u64,
-    in_flight: usize,
-    body: bytes::Bytes,
-) -> anyhow::Result<Timing> {
+async fn baseline_redis(args: &Args, names: &Names<'_>, load: Load) -> anyhow::Result<Timing> {
     let conn = redis_connection(args).await?;
     let script = redis::Script::new(GUARDED_XADD);
     let (stream, markers) = (names.redis_stream("baseline"), names.marker_prefix());
     // The receiver's default marker TTL (72 h), no MAXLEN.
     let ttl_ms: u64 = 72 * 3600 * 1000;
     let (script, stream, markers) = (&script, &stream, &markers);
-    drive(messages, in_flight, |n| {
-        let (body, mut conn) = (body.clone(), conn.clone());
+    drive(&load, |n| {
+        let (body, mut conn) = (load.body.clone(), conn.clone());
         async move {
             let id = format!("baseline:{n}");
             let (added, _entry) = script
@@ -512,6 +509,13 @@ async fn baseline_redis(
 
 // ------------------------------------------------------------- consume
 
+/// What a consumer reads, and until when.
+struct From<'a> {
+    names: &'a Names<'a>,
+    endpoint: &'a str,
+    limits: Limits,
+}
+
 struct Limits {
     expect: u64,
     idle: Duration,
@@ -525,14 +529,16 @@ impl Limits {
         if now >= self.deadline {
             return None;
         }
-        if self.expect > 0 && arrivals.ids.len() as u64 >= self.expect {
-            // Everything expected is here: a short wait for any repeat
-            // right behind it.
-            return Some(Duration::from_millis(300).min(self.deadline - now));
-        }
+        // Once everything expected is here, only a short quiet spell for
+        // any repeat right behind it.
+        let idle = if self.expect > 0 && arrivals.ids.len() as u64 >= self.expect {
+            Duration::from_millis(300).min(self.idle)
+        } else {
+            self.idle
+        };
         Some(match arrivals.last {
-            Some(last) if now >= last + self.idle => return None,
-            Some(last) => (last + self.idle - now).min(self.deadline - now),
+            Some(last) if now >= last + idle => return None,
+            Some(last) => (last + idle - now).min(self.deadline - now),
             None => self.deadline - now,
         })
     }
@@ -632,13 +638,8 @@ where
     }
 }
 
-async fn consume_nats(
-    args: &Args,
-    names: &Names<'_>,
-    endpoint: &str,
-    limits: &Limits,
-    arrivals: &mut Arrivals,
-) -> anyhow::Result<()> {
+async fn consume_nats(args: &Args, from: &From<'_>, arrivals: &mut Arrivals) -> anyhow::Result<()> {
+    let (names, endpoint, limits) = (from.names, from.endpoint, &from.limits);
     use async_nats::jetstream::consumer::{DeliverPolicy, pull};
     let js = jetstream(args).await?;
     let stream = until_ready(limits.deadline, "the stream", || async {
@@ -673,11 +674,10 @@ async fn consume_nats(
 
 async fn consume_rabbitmq(
     args: &Args,
-    names: &Names<'_>,
-    endpoint: &str,
-    limits: &Limits,
+    from: &From<'_>,
     arrivals: &mut Arrivals,
 ) -> anyhow::Result<()> {
+    let (names, endpoint, limits) = (from.names, from.endpoint, &from.limits);
     use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
     use lapin::types::FieldTable;
     let connection = rabbitmq(args).await?;
@@ -733,11 +733,10 @@ type XreadReply = Option<Vec<(String, Vec<(String, Vec<Vec<u8>>)>)>>;
 
 async fn consume_redis(
     args: &Args,
-    names: &Names<'_>,
-    endpoint: &str,
-    limits: &Limits,
+    from: &From<'_>,
     arrivals: &mut Arrivals,
 ) -> anyhow::Result<()> {
+    let (names, endpoint, limits) = (from.names, from.endpoint, &from.limits);
     // A connection of its own: a blocking read holds it.
     let mut conn = redis_connection(args).await?;
     let stream = names.redis_stream(endpoint);

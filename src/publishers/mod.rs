@@ -19,7 +19,7 @@ mod signal;
 pub use destination::{Destination, DestinationError, Syntax};
 pub use nats::{NatsAuth, NatsSettings, NatsStream};
 pub use rabbitmq::RabbitmqSettings;
-pub use redis_streams::RedisSettings;
+pub use redis_streams::{GUARDED_XADD, RedisSettings};
 pub use signal::OutboxSignal;
 
 use std::sync::Arc;

@@ -123,8 +123,9 @@ impl fmt::Debug for RedisSettings {
 /// KEYS[1]: the marker, KEYS[2]: the stream. ARGV: the marker's TTL in
 /// milliseconds, MAXLEN (0: none), the message id, its content type, the
 /// body. Answers `{1, entry id}` for a new entry, `{0, entry id}` for a
-/// message id already added.
-const GUARDED_XADD: &str = r"
+/// message id already added. Public for the benchmark's baseline
+/// (`bench/loadgen`), which times the broker running this same script.
+pub const GUARDED_XADD: &str = r"
 local added = redis.call('GET', KEYS[1])
 if added then
   return {0, added}

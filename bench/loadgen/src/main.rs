@@ -74,6 +74,12 @@ struct Args {
     /// Label of the table row (default: the scenario).
     #[arg(long)]
     label: Option<String>,
+    /// Hold the requests to about this many a second in all, spread evenly
+    /// over the workers (each sends on its own ticker), instead of as fast
+    /// as answers come: steady load below saturation, for latencies that
+    /// are not queueing delays.
+    #[arg(long)]
+    rate: Option<f64>,
 }
 
 /// What a worker's requests add up to; merged into one at the end, so that
@@ -258,11 +264,24 @@ async fn run() -> anyhow::Result<bool> {
         _ => concurrency,
     };
     let started = Instant::now();
+    // Each worker's ticker: `workers / rate` seconds apart, the workers'
+    // first ticks spread over one period.
+    let period = args
+        .rate
+        .filter(|r| *r > 0.0)
+        .map(|rate| Duration::from_secs_f64(workers as f64 / rate));
     let mut tasks = Vec::with_capacity(workers);
     for worker in 0..workers {
         let driver = driver.clone();
         let scenario = args.scenario;
         let (copies, keys) = (args.storm_copies.max(1), args.replay_keys.max(1));
+        let mut ticker = period.map(|period| {
+            let first =
+                tokio::time::Instant::now() + period.mul_f64(worker as f64 / workers as f64);
+            let mut ticker = tokio::time::interval_at(first, period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             // One keep-alive connection for single requests; storms take
@@ -270,6 +289,12 @@ async fn run() -> anyhow::Result<bool> {
             let mut conn = wire::Conn::new(driver.target.clone());
             let mut draw = (worker as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
             while driver.sent.load(Ordering::Relaxed) < budget && Instant::now() < deadline {
+                if let Some(ticker) = ticker.as_mut() {
+                    ticker.tick().await;
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                }
                 // xorshift: cheap, and reproducible per worker.
                 draw ^= draw << 13;
                 draw ^= draw >> 7;

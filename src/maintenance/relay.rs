@@ -231,19 +231,18 @@ async fn publish(
             }
         }
     }
-    let marked = conn
+    let sent = conn
         .mark_sent(&published, &relay.owner, "published", confirmed_at)
-        .await?
-        + conn
-            .mark_sent(&duplicates, &relay.owner, "duplicate", confirmed_at)
-            .await?;
-    report.published = published.len();
-    report.duplicates = duplicates.len();
+        .await?;
+    let deduplicated = conn
+        .mark_sent(&duplicates, &relay.owner, "duplicate", confirmed_at)
+        .await?;
+    report.published = sent;
+    report.duplicates = deduplicated;
     // A row confirmed after its lease ran out may have been taken (and
     // published, and deduplicated) by another relay meanwhile.
-    let lost = (published.len() + duplicates.len()).saturating_sub(marked);
-    report.lease_lost += lost;
-    report.published = report.published.saturating_sub(lost.min(report.published));
+    report.lease_lost +=
+        published.len().saturating_sub(sent) + duplicates.len().saturating_sub(deduplicated);
     Ok(report)
 }
 

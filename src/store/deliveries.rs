@@ -85,7 +85,7 @@ impl DeliveryRow {
 #[derive(AsChangeset)]
 #[diesel(table_name = deliveries)]
 #[diesel(treat_none_as_null = true)]
-struct Completion<'a> {
+pub(super) struct Completion<'a> {
     status: &'a str,
     response_status: i32,
     response_content_type: &'a str,
@@ -97,7 +97,7 @@ struct Completion<'a> {
 }
 
 impl<'a> Completion<'a> {
-    fn of(response: &'a StoredResponse, now: NaiveDateTime) -> Completion<'a> {
+    pub(super) fn of(response: &'a StoredResponse, now: NaiveDateTime) -> Completion<'a> {
         Completion {
             status: COMPLETED,
             response_status: i32::from(response.status),
@@ -122,21 +122,26 @@ pub struct Claimed {
     pub taken_over: bool,
 }
 
+/// The atomic claim's statement, for [`DbConn::insert_claim`] and the
+/// pipelined `BEGIN` + claim of `store::pipeline`.
+pub(super) fn claim_insert<'a>(
+    claim: &'a NewClaim<'a>,
+) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
++ diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
++ Send
++ 'a {
+    diesel::insert_into(deliveries::table)
+        .values(claim)
+        .on_conflict_do_nothing()
+}
+
 impl DbConn {
     /// `INSERT ... ON CONFLICT DO NOTHING`: true when this call created the
     /// row, false when the key (or, where set, the body key) already exists.
     /// The database decides; there is no read before it. No conflict target
     /// is named, so both unique indexes count.
     pub async fn insert_claim(&mut self, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
-        let inserted = with_conn!(self, |c| {
-            Prepared(
-                diesel::insert_into(deliveries::table)
-                    .values(claim)
-                    .on_conflict_do_nothing(),
-            )
-            .execute(c)
-            .await
-        })?;
+        let inserted = with_conn!(self, |c| Prepared(claim_insert(claim)).execute(c).await)?;
         Ok(inserted == 1)
     }
 

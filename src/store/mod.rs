@@ -10,6 +10,7 @@ mod history;
 mod listing;
 mod migrate;
 pub mod outbox;
+mod pipeline;
 mod pool;
 mod prepared;
 pub mod queue;
@@ -226,6 +227,12 @@ impl DbConn {
 }
 
 impl Transaction {
+    /// A transaction already begun on `conn`, outside the write gate
+    /// (PostgreSQL has none).
+    fn on(conn: DbConn) -> Transaction {
+        Transaction { conn, _gate: None }
+    }
+
     pub fn conn(&mut self) -> &mut DbConn {
         &mut self.conn
     }

@@ -99,7 +99,9 @@ fn run() -> anyhow::Result<bool> {
     let args = Args::parse();
     let dir = args.dir.unwrap_or_else(std::env::temp_dir);
     let file = dir.join(format!("sqliteloop-{}.db", std::process::id()));
-    let outcome = measure(&file, Duration::from_secs_f64(args.duration.max(0.0)), &args.label);
+    let duration = Duration::try_from_secs_f64(args.duration)
+        .with_context(|| format!("--duration {} is not a number of seconds", args.duration))?;
+    let outcome = measure(&file, duration, &args.label);
     // The database and its WAL go whatever happened.
     for suffix in ["", "-wal", "-shm"] {
         let mut path = file.clone().into_os_string();

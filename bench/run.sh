@@ -324,6 +324,37 @@ verdict() { # value op bound
   else echo "**missed**"; fi
 }
 
+# storm, mixed and the peak RSS of the running server, which is then
+# stopped; sets STORM_CHECK and RSS.
+STORM_CHECK='' RSS=''
+storm_mixed_rss() { # backend label-prefix database_url
+  local r
+  r=$(loadgen "$2-storm" "$3" "$port" storm --concurrency "$STORM_COPIES")
+  record "$1" "receiver storm ×$STORM_COPIES" "$r"
+  STORM_CHECK=$(storm_check "$r")
+  r=$(loadgen "$2-mixed" "$3" "$port" mixed --concurrency "$CONCURRENCY")
+  record "$1" "receiver mixed 70/25/5" "$r"
+  RSS=$(peak_rss_mib)
+  row "$1" "receiver peak RSS (VmHWM, MiB)" "$RSS" "—" "—" ""
+  stop_server
+}
+
+# fresh and replay once more, on a new server at RUST_LOG=warn, each beside
+# its baseline's median and its own median at the default level (info).
+at_warn() { # backend label-prefix database_url baseline-name baseline fresh-at-info replay-at-info
+  local r rps
+  SERVER_RUST_LOG=warn
+  start_server "$3" "$port"
+  r=$(loadgen "$2-fresh-warn" "$3" "$port" fresh --concurrency "$CONCURRENCY")
+  rps=$(echo "$r" | field rps)
+  record "$1" "receiver fresh at RUST_LOG=warn" "$r" "$(ratio "$rps" "$5") ÷ $4, $(ratio "$rps" "$6") ÷ fresh at info"
+  r=$(loadgen "$2-replay-warn" "$3" "$port" replay --concurrency "$CONCURRENCY")
+  rps=$(echo "$r" | field rps)
+  record "$1" "receiver replay at RUST_LOG=warn" "$r" "${NGINX_RPS:+$(ratio "$rps" "$NGINX_RPS") ÷ nginx, }$(ratio "$rps" "$7") ÷ replay at info"
+  stop_server
+  SERVER_RUST_LOG=
+}
+
 say "machine: $(nproc) cores; $(uptime)"
 : >"$RESULTS"
 : >"$TARGETS"
@@ -407,24 +438,9 @@ EOF
   else
     echo "- NGINX=0: no HTTP floor, the replay target is not measured." >>"$NOTES"
   fi
-  r=$(loadgen pg-storm "$URL" "$port" storm --concurrency "$STORM_COPIES"); record postgres "receiver storm ×$STORM_COPIES" "$r"
-  STORM_PG=$(storm_check "$r")
-  r=$(loadgen pg-mixed "$URL" "$port" mixed --concurrency "$CONCURRENCY"); record postgres "receiver mixed 70/25/5" "$r"
-  RSS_PG=$(peak_rss_mib)
-  row postgres "receiver peak RSS (VmHWM, MiB)" "$RSS_PG" "—" "—" ""
-  stop_server
-
-  # --- the same fresh and replay at RUST_LOG=warn ----------------------------
-  SERVER_RUST_LOG=warn
-  start_server "$URL" "$port"
-  r=$(loadgen pg-fresh-warn "$URL" "$port" fresh --concurrency "$CONCURRENCY")
-  rps=$(echo "$r" | field rps)
-  record postgres "receiver fresh at RUST_LOG=warn" "$r" "$(ratio "$rps" "$pg_min") ÷ minimal, $(ratio "$rps" "$fresh_empty") ÷ fresh at info (medians)"
-  r=$(loadgen pg-replay-warn "$URL" "$port" replay --concurrency "$CONCURRENCY")
-  rps=$(echo "$r" | field rps)
-  record postgres "receiver replay at RUST_LOG=warn" "$r" "${NGINX_RPS:+$(ratio "$rps" "$NGINX_RPS") ÷ nginx, }$(ratio "$rps" "$pg_replay_rps") ÷ replay at info (medians)"
-  stop_server
-  SERVER_RUST_LOG=
+  storm_mixed_rss postgres pg "$URL"
+  STORM_PG=$STORM_CHECK RSS_PG=$RSS
+  at_warn postgres pg "$URL" minimal "$pg_min" "$fresh_empty" "$pg_replay_rps"
 fi
 
 # --- growth: the same fresh run with GROWTH_ROWS completed rows -----------
@@ -514,23 +530,9 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
   r=$(loadgen sqlite-replay "$sqlite_url" "$port" replay --concurrency "$CONCURRENCY")
   sqlite_replay=$(echo "$r" | field rps)
   record sqlite "receiver replay" "$r" "${NGINX_RPS:+$(ratio "$sqlite_replay" "$NGINX_RPS") ÷ nginx (median)}"
-  r=$(loadgen sqlite-storm "$sqlite_url" "$port" storm --concurrency "$STORM_COPIES"); record sqlite "receiver storm ×$STORM_COPIES" "$r"
-  STORM_SQLITE=$(storm_check "$r")
-  r=$(loadgen sqlite-mixed "$sqlite_url" "$port" mixed --concurrency "$CONCURRENCY"); record sqlite "receiver mixed 70/25/5" "$r"
-  RSS_SQLITE=$(peak_rss_mib)
-  row sqlite "receiver peak RSS (VmHWM, MiB)" "$RSS_SQLITE" "—" "—" ""
-  stop_server
-
-  SERVER_RUST_LOG=warn
-  start_server "$sqlite_url" "$port"
-  r=$(loadgen sqlite-fresh-warn "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY")
-  rps=$(echo "$r" | field rps)
-  record sqlite "receiver fresh at RUST_LOG=warn" "$r" "$(ratio "$rps" "$sqlite_loop") ÷ loop, $(ratio "$rps" "$sqlite_fresh") ÷ fresh at info (medians)"
-  r=$(loadgen sqlite-replay-warn "$sqlite_url" "$port" replay --concurrency "$CONCURRENCY")
-  rps=$(echo "$r" | field rps)
-  record sqlite "receiver replay at RUST_LOG=warn" "$r" "${NGINX_RPS:+$(ratio "$rps" "$NGINX_RPS") ÷ nginx, }$(ratio "$rps" "$sqlite_replay") ÷ replay at info"
-  stop_server
-  SERVER_RUST_LOG=
+  storm_mixed_rss sqlite sqlite "$sqlite_url"
+  STORM_SQLITE=$STORM_CHECK RSS_SQLITE=$RSS
+  at_warn sqlite sqlite "$sqlite_url" loop "$sqlite_loop" "$sqlite_fresh" "$sqlite_replay"
 fi
 
 # --- queued mode: the acknowledgement, then the drain ----------------------

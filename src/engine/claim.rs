@@ -14,11 +14,6 @@ pub type Claim = Outcome<Pending>;
 pub struct Pending {
     tx: Transaction,
     lease: Lease,
-    /// Whether `tx` itself wrote the claim row (inserted it, or took it
-    /// over): its row lock then keeps every other attempt off the row until
-    /// `tx` ends, so the completion's fence cannot fail and may travel with
-    /// `COMMIT` (see `store::pipeline`). False for a claim committed earlier.
-    own_claim: bool,
 }
 
 /// A claim without an open transaction: committed under a lease that only
@@ -54,13 +49,8 @@ pub(super) struct Remembered {
 }
 
 impl Pending {
-    /// The claim `tx` has just written.
     pub(super) fn new(tx: Transaction, lease: Lease) -> Pending {
-        Pending {
-            tx,
-            lease,
-            own_claim: true,
-        }
+        Pending { tx, lease }
     }
 
     /// Commits the claim alone, so that its lease is visible to every other
@@ -88,35 +78,30 @@ impl Pending {
     /// Stores `response` as the key's answer and commits, fenced by the lease:
     /// if the claim was taken over meanwhile, everything is rolled back and
     /// [`EngineError::LeaseLost`] returned.
-    pub async fn complete(self, response: &StoredResponse) -> Result<(), EngineError> {
-        let Pending {
-            tx,
-            lease,
-            own_claim,
-        } = self;
-        let completed = if own_claim && matches!(lease.purpose, Purpose::Claim) {
-            tx.commit_own_claim(
-                &lease.scope,
-                &lease.claimed.delivery_id,
-                &lease.claimed.lease_owner,
-                response,
-                lease.now(),
-            )
-            .await?
-        } else {
-            lease.write_and_commit(tx, response).await?
-        };
-        if !completed {
-            return Err(EngineError::LeaseLost);
+    pub async fn complete(mut self, response: &StoredResponse) -> Result<(), EngineError> {
+        let completed = self.lease.write_completion(self.tx.conn(), response).await;
+        match completed {
+            Ok(true) => {
+                self.tx.commit().await?;
+                let lease = &self.lease;
+                lease.store.replay_cache().remember(
+                    &lease.scope,
+                    &lease.claimed.delivery_id,
+                    &lease.remembered.request_hash,
+                    lease.remembered.received_at,
+                    response,
+                );
+                Ok(())
+            }
+            Ok(false) => {
+                end(self.tx).await;
+                Err(EngineError::LeaseLost)
+            }
+            Err(e) => {
+                end(self.tx).await;
+                Err(e.into())
+            }
         }
-        lease.store.replay_cache().remember(
-            &lease.scope,
-            &lease.claimed.delivery_id,
-            &lease.remembered.request_hash,
-            lease.remembered.received_at,
-            response,
-        );
-        Ok(())
     }
 
     /// Rolls back the claim and everything written through it: the key is
@@ -155,11 +140,7 @@ impl Lease {
     /// A new transaction under this lease, for the writes that complete it.
     pub async fn begin(self) -> Result<Pending, EngineError> {
         let tx = self.store.begin().await?;
-        Ok(Pending {
-            tx,
-            lease: self,
-            own_claim: false,
-        })
+        Ok(Pending { tx, lease: self })
     }
 
     /// The second phase of work outside the database: `operation`'s
@@ -267,30 +248,6 @@ impl Lease {
         }
         tx.commit().await?;
         Ok(())
-    }
-
-    /// The completion of a claim committed earlier, or of one whose purpose
-    /// writes history too: the fenced write on `tx`, then `COMMIT` only if
-    /// it matched. False: the lease was lost, and `tx` rolled back.
-    async fn write_and_commit(
-        &self,
-        mut tx: Transaction,
-        response: &StoredResponse,
-    ) -> Result<bool, EngineError> {
-        match self.write_completion(tx.conn(), response).await {
-            Ok(true) => {
-                tx.commit().await?;
-                Ok(true)
-            }
-            Ok(false) => {
-                end(tx).await;
-                Ok(false)
-            }
-            Err(e) => {
-                end(tx).await;
-                Err(e.into())
-            }
-        }
     }
 
     /// Writes `response` as the key's answer, fenced by the lease, with what

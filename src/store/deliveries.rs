@@ -85,7 +85,7 @@ impl DeliveryRow {
 #[derive(AsChangeset)]
 #[diesel(table_name = deliveries)]
 #[diesel(treat_none_as_null = true)]
-pub(super) struct Completion<'a> {
+struct Completion<'a> {
     status: &'a str,
     response_status: i32,
     response_content_type: &'a str,
@@ -97,7 +97,7 @@ pub(super) struct Completion<'a> {
 }
 
 impl<'a> Completion<'a> {
-    pub(super) fn of(response: &'a StoredResponse, now: NaiveDateTime) -> Completion<'a> {
+    fn of(response: &'a StoredResponse, now: NaiveDateTime) -> Completion<'a> {
         Completion {
             status: COMPLETED,
             response_status: i32::from(response.status),

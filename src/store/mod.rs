@@ -30,6 +30,7 @@ pub use history::HistoryEntry;
 pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
 };
+pub use pipeline::Flight;
 pub use pool::{DatabaseUrl, StoreOptions};
 pub use prepared::Prepared;
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};

@@ -4,22 +4,32 @@
 //! `BEGIN`, the claim, each handler's statement, the completion and
 //! `COMMIT`. With sixteen deliveries in flight on two cores, each of those
 //! waits is a wake-up of a backend and of the receiver, and PostgreSQL's
-//! CPU, not its disk, was what ran out. Two pairs need no answer in between:
-//! `BEGIN` and the claim, and the completion and `COMMIT`. Each pair is sent
-//! in one flight here, through tokio-postgres's pipelining (two futures on a
-//! shared reference to the connection, polled together), and diesel's
-//! transaction manager is told of the `BEGIN` or `COMMIT` it did not send,
-//! so that a handler's nested `transaction()` still becomes a savepoint and
-//! the pool still discards a connection left inside a transaction.
+//! CPU, not its disk, was what ran out. The lookup is gone (the engine
+//! claims first), and two groups need no answer in between, so each travels
+//! in one flight through tokio-postgres's pipelining (futures on a shared
+//! reference to the connection, polled together):
 //!
-//! SQLite has no round trips to save: the same functions run the statements
-//! one after another there, through the write gate as always.
+//! - `BEGIN` and the claim ([`Store::begin_claim`]). Diesel's transaction
+//!   manager is told of the `BEGIN` it did not send, so that a handler's
+//!   nested `transaction()` still becomes a savepoint and the pool still
+//!   discards a connection left inside a transaction.
+//! - the handlers' statements ([`Flight`]).
+//!
+//! Not the completion with `COMMIT`: a statement that is not yet in the
+//! connection's cache is sent as `Parse`, answered, and only then executed,
+//! while `COMMIT` (a simple query) goes out at once — so on a fresh
+//! connection the completion ran after `COMMIT`, in a transaction of its
+//! own, and a crash between the two left the effects committed without the
+//! completion. The crash suite's PostgreSQL restart caught it as a doubled
+//! ledger row; `BEGIN` first is safe for the same reason (it needs no
+//! `Parse`, so nothing can overtake it).
+//!
+//! SQLite has no round trips to save: the same calls run the statements one
+//! after another there, through the write gate as always.
 
-use super::deliveries::{self, Completion, IN_PROGRESS, NewClaim, StoredResponse};
+use super::deliveries::{self, NewClaim};
 use super::{DbConn, PgConn, Prepared, Store, StoreError, Transaction};
-use chrono::NaiveDateTime;
 use diesel::connection::TransactionDepthChange;
-use diesel::prelude::*;
 use diesel_async::{
     AnsiTransactionManager, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
 };
@@ -45,62 +55,6 @@ impl Store {
             Ok(inserted) => Ok((tx, inserted)),
             Err(e) => {
                 if let Err(error) = tx.rollback().await {
-                    tracing::warn!(%error, "rollback failed; the connection is discarded");
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Transaction {
-    /// Completes a claim that THIS transaction inserted or took over, and
-    /// commits: true once committed; false when the fence did not match,
-    /// and then nothing was committed (SQLite) — see below for PostgreSQL.
-    ///
-    /// On PostgreSQL the fenced `UPDATE` and `COMMIT` travel together, so
-    /// `COMMIT` is sent before the `UPDATE`'s row count is known. That is
-    /// only sound because the claim row was written by this transaction:
-    /// its row lock keeps every other transaction from changing the owner
-    /// until this one ends, so the fence cannot fail. A claim committed
-    /// earlier (the two-phase path, reprocessing) must complete through
-    /// [`DbConn::complete_delivery`] and [`Transaction::commit`] instead.
-    /// Should the impossible happen anyway, the error says so and names the
-    /// key; the completion is missing, the effects are not.
-    pub async fn commit_own_claim(
-        mut self,
-        endpoint: &str,
-        delivery_id: &str,
-        lease_owner: &str,
-        response: &StoredResponse,
-        now: NaiveDateTime,
-    ) -> Result<bool, StoreError> {
-        if let DbConn::Pg(pg) = &mut self.conn {
-            let updated =
-                complete_and_commit(pg, endpoint, delivery_id, lease_owner, response, now).await?;
-            if updated != 1 {
-                tracing::error!(
-                    updated,
-                    "a claim written by its own transaction did not match its completion's fence"
-                );
-                return Err(StoreError::Unavailable(
-                    "the completion of a claim did not match its own lease".into(),
-                ));
-            }
-            return Ok(true);
-        }
-        let completed = self
-            .conn()
-            .complete_delivery(endpoint, delivery_id, lease_owner, response, now)
-            .await;
-        match completed {
-            Ok(true) => self.commit().await.map(|()| true),
-            Ok(false) => {
-                self.rollback().await?;
-                Ok(false)
-            }
-            Err(e) => {
-                if let Err(error) = self.rollback().await {
                     tracing::warn!(%error, "rollback failed; the connection is discarded");
                 }
                 Err(e)
@@ -143,57 +97,53 @@ async fn begin_and_insert(c: &mut PgConn, claim: &NewClaim<'_>) -> Result<bool, 
     }
 }
 
-/// The fenced completion and `COMMIT` in one flight; the completion's row
-/// count.
-async fn complete_and_commit(
-    c: &mut PgConn,
-    endpoint: &str,
-    delivery_id: &str,
-    lease_owner: &str,
-    response: &StoredResponse,
-    now: NaiveDateTime,
-) -> Result<usize, StoreError> {
-    use super::schema::deliveries::{self as table, dsl};
-    let shared: &PgConn = c;
-    let update = async {
-        let mut conn = shared;
-        Prepared(
-            diesel::update(table::table.find((endpoint, delivery_id)))
-                .filter(dsl::status.eq(IN_PROGRESS))
-                .filter(dsl::lease_owner.eq(lease_owner))
-                .set(Completion::of(response, now)),
-        )
-        .execute(&mut conn)
-        .await
-    };
-    let commit = async {
-        let mut conn = shared;
-        conn.batch_execute("COMMIT").await
-    };
-    let (updated, committed) = futures_util::future::join(update, commit).await;
-    match committed {
-        // The transaction is over either way: committed, or — after a
-        // failed UPDATE — rolled back by the server, which answers `COMMIT`
-        // in an aborted transaction with a rollback.
-        Ok(()) => {
-            change_depth(c, TransactionDepthChange::DecreaseDepth)?;
-            Ok(updated?)
-        }
-        // Whether it committed is unknown: the connection is not reused,
-        // and the caller answers as for any lost connection.
-        Err(e) => {
-            <AnsiTransactionManager as TransactionManager<PgConn>>::transaction_manager_status_mut(
-                c,
-            )
-            .set_in_error();
-            Err(e.into())
-        }
-    }
-}
-
 fn change_depth(c: &mut PgConn, change: TransactionDepthChange) -> Result<(), StoreError> {
     <AnsiTransactionManager as TransactionManager<PgConn>>::transaction_manager_status_mut(c)
         .transaction_state()?
         .change_transaction_depth(change)?;
     Ok(())
+}
+
+/// A shared handle on a PostgreSQL transaction's connection, through which
+/// several statements travel in one flight: each call returns a future, and
+/// futures polled together (`join_all`) are sent without waiting for each
+/// other. Their order is not guaranteed (a statement not yet prepared on the
+/// connection waits for its `Parse` first), so a flight holds independent
+/// statements only. A statement that fails aborts the transaction, so the
+/// others fail too or are rolled back with it. The built-in handlers write
+/// this way (see `Handler::handle_in_flight`).
+#[derive(Clone, Copy)]
+pub struct Flight<'c>(&'c PgConn);
+
+impl DbConn {
+    /// A [`Flight`] on this connection: PostgreSQL only. `None` on SQLite,
+    /// where statements cost no round trip and run one at a time.
+    pub fn flight(&self) -> Option<Flight<'_>> {
+        match self {
+            DbConn::Pg(pg) => Some(Flight(pg)),
+            DbConn::Sqlite(_) => None,
+        }
+    }
+}
+
+impl<'c> Flight<'c> {
+    /// `query`'s row count.
+    pub async fn execute<Q>(self, query: Q) -> Result<usize, StoreError>
+    where
+        Q: diesel_async::methods::ExecuteDsl<&'c PgConn>,
+    {
+        let mut conn = self.0;
+        Ok(query.execute(&mut conn).await?)
+    }
+
+    /// `query`'s one row.
+    pub async fn get_result<'q, Q, U>(self, query: Q) -> Result<U, StoreError>
+    where
+        Q: diesel_async::methods::LoadQuery<'q, &'c PgConn, U> + 'q,
+        U: Send,
+        'c: 'q,
+    {
+        let mut conn = self.0;
+        Ok(query.get_result(&mut conn).await?)
+    }
 }

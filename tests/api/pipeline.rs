@@ -1,14 +1,18 @@
 //! The fresh path's flights (`store::pipeline`): `BEGIN` with the claim, and
-//! the completion with `COMMIT`. On PostgreSQL they are pipelined and diesel's
-//! transaction manager is told of the `BEGIN`/`COMMIT` it did not send; on
+//! the handlers' statements. On PostgreSQL they are pipelined and diesel's
+//! transaction manager is told of the `BEGIN` it did not send; on
 //! SQLite the same calls run one statement at a time. Either way a claim so
 //! begun is a transaction like any other: a handler's nested transaction is
 //! a savepoint, a rollback takes the claim away, and a connection is never
 //! lent out inside a transaction.
 
 use crate::both_backends;
+use crate::helpers::{Backend, TestApp, payment, problem};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager};
+use futures_util::future::LocalBoxFuture;
+use idempotent_receiver::handlers::{Event, Handler, HandlerError};
+use serde_json::Value;
 
 /// What a handler's `conn.transaction(...)` does at its start and on
 /// failure, through the connection's own transaction manager.
@@ -24,7 +28,7 @@ mod nested {
 use futures_util::FutureExt;
 use idempotent_receiver::store::schema::{deliveries, ledger_entries};
 use idempotent_receiver::store::{
-    DatabaseUrl, IN_PROGRESS, NewClaim, Store, StoreOptions, StoredResponse,
+    DatabaseUrl, DbConn, Flight, IN_PROGRESS, NewClaim, Store, StoreOptions, StoredResponse,
 };
 use idempotent_receiver::with_conn;
 
@@ -109,11 +113,14 @@ both_backends! {
         .expect("a savepoint and its rollback");
 
         assert_eq!(status_of(store, &id).await, None, "uncommitted, invisible elsewhere");
-        let committed = tx
-            .commit_own_claim("pipeline", &id, "owner-a", &answer(), now)
+        let mut tx = tx;
+        let completed = tx
+            .conn()
+            .complete_delivery("pipeline", &id, "owner-a", &answer(), now)
             .await
             .expect("the completion");
-        assert!(committed);
+        assert!(completed);
+        tx.commit().await.expect("the commit");
         assert_eq!(status_of(store, &id).await.as_deref(), Some("completed"));
         assert_eq!(ledger_rows(store, &id).await, 0, "the nested write was rolled back alone");
 
@@ -180,4 +187,90 @@ async fn a_claim_flight_dropped_midway_never_lends_out_a_connection_inside_a_tra
             "the abandoned claim never committed"
         );
     }
+}
+
+/// Fails its first call with a database error, in the flight of the
+/// handlers before it where there is one (PostgreSQL), or alone (SQLite).
+struct FailingStatement(std::sync::atomic::AtomicUsize);
+
+const BROKEN_SQL: &str = "SELECT * FROM a_table_that_does_not_exist";
+
+impl FailingStatement {
+    fn sql(&self) -> &'static str {
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        if self
+            .0
+            .fetch_update(ordering, ordering, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            BROKEN_SQL
+        } else {
+            "SELECT 1"
+        }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Handler for FailingStatement {
+    async fn handle(&self, _: &Event, conn: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+        let sql = self.sql();
+        with_conn!(conn, |c| diesel::sql_query(sql).execute(c).await)?;
+        Ok(None)
+    }
+
+    fn handle_in_flight<'a>(
+        &'a self,
+        _: &'a Event,
+        flight: Flight<'a>,
+    ) -> Option<LocalBoxFuture<'a, Result<Option<Value>, HandlerError>>> {
+        let sql = self.sql();
+        Some(
+            async move {
+                flight.execute(diesel::sql_query(sql)).await?;
+                Ok(None)
+            }
+            .boxed_local(),
+        )
+    }
+}
+
+async fn a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it(backend: Backend) {
+    let Some(app) = TestApp::builder(backend)
+        .handler("failing-statement", FailingStatement(1.into()))
+        .spawn_if_available()
+        .await
+    else {
+        return;
+    };
+    let body = payment("pay_flight", 900);
+    // record and payments were sent in the same flight and ran before it.
+    let failed = app.deliver("msg_flight", &body).await;
+    problem(failed, 500, "processing-failed").await;
+    assert_eq!(app.ledger_rows().await, 0);
+    assert_eq!(app.count("events").await, 0);
+    assert!(
+        app.delivery("msg_flight").await.is_none(),
+        "the key is free"
+    );
+
+    let retried = app.deliver("msg_flight", &body).await;
+    assert_eq!(retried.status(), 200);
+    let effects: Value = retried.json().await.expect("a JSON answer");
+    assert!(
+        effects["effects"]["payments"]["ledger_entry_id"].is_i64(),
+        "{effects}"
+    );
+    assert_eq!(effects["effects"]["record"]["recorded"], true);
+    assert_eq!(app.ledger_rows().await, 1);
+    assert_eq!(app.count("events").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it_sqlite() {
+    a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it_postgres() {
+    a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it(Backend::Postgres).await;
 }

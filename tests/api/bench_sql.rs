@@ -132,6 +132,17 @@ fn split_top_level(text: &str) -> Vec<String> {
 
 /// The statements of a pgbench script: no comments, no `\set`, no BEGIN or
 /// COMMIT (diesel's transaction manager sends those itself).
+/// The shapes of the recorded statements that bind `id`: other tests run
+/// meanwhile, and only this delivery's statements name its id.
+fn recorded_for(id: &str) -> Vec<String> {
+    SEEN.lock()
+        .expect("the recorded statements")
+        .iter()
+        .filter(|statement| statement.contains(&format!("\"{id}\"")))
+        .map(|statement| shape(statement))
+        .collect()
+}
+
 fn script(text: &str) -> Vec<String> {
     text.lines()
         .filter(|line| {
@@ -160,13 +171,7 @@ async fn the_bench_scripts_are_the_statements_diesel_sends_for_a_fresh_delivery_
     );
     // Other tests run meanwhile: this delivery's statements are those that
     // bind its id.
-    let sent: Vec<String> = SEEN
-        .lock()
-        .expect("the recorded statements")
-        .iter()
-        .filter(|statement| statement.contains(&format!("\"{id}\"")))
-        .map(|statement| shape(statement))
-        .collect();
+    let sent = recorded_for(&id);
 
     let bench = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench");
     let read = |name: &str| std::fs::read_to_string(bench.join(name)).expect("a bench script");
@@ -184,13 +189,7 @@ async fn the_bench_scripts_are_the_statements_diesel_sends_for_a_fresh_delivery_
     let repeat = app.deliver(&id, &payment(&format!("pay_{id}"), 4200)).await;
     RECORDING.store(false, Ordering::Relaxed);
     assert_eq!(repeat.status(), 200);
-    let repeated: Vec<String> = SEEN
-        .lock()
-        .expect("the recorded statements")
-        .iter()
-        .filter(|statement| statement.contains(&format!("\"{id}\"")))
-        .map(|statement| shape(statement))
-        .collect();
+    let repeated = recorded_for(&id);
     assert_eq!(
         repeated.first(),
         sent.first(),

@@ -62,6 +62,7 @@ pub fn store_options(settings: &Settings) -> StoreOptions {
     StoreOptions {
         pool_size: settings.pool_size,
         lock_wait: settings.in_progress_wait,
+        group_commit: settings.group_commit.clone(),
         replay_cache: ReplayCacheOptions {
             bytes: settings.replay_cache_bytes,
             ttl: settings.replay_cache_ttl,

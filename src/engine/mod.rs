@@ -234,7 +234,7 @@ impl Engine {
         {
             Ok(true) => tx.commit().await?,
             Ok(false) => {
-                claim::end(tx).await;
+                let _ = claim::end(tx).await;
                 let remaining = row
                     .lease_expires_at
                     .and_then(|until| (until - now).to_std().ok())
@@ -244,7 +244,7 @@ impl Engine {
                 });
             }
             Err(e) => {
-                claim::end(tx).await;
+                let _ = claim::end(tx).await;
                 return Err(e.into());
             }
         }
@@ -334,7 +334,8 @@ impl Engine {
         // On SQLite the transaction may have queued behind a duplicate's:
         // if that one's answer is known by now, the claim is not needed.
         if let Some(answer) = self.cached(request) {
-            claim::end(tx).await;
+            // A cached answer was durable before it was cached.
+            let _ = claim::end(tx).await;
             return Ok(answer);
         }
         let outcome = match self.claim_in(tx.conn(), request).await {
@@ -343,14 +344,16 @@ impl Engine {
                 retry_after: Duration::from_secs(1),
             },
             Err(e) => {
-                claim::end(tx).await;
+                let _ = claim::end(tx).await;
                 return Err(e);
             }
         };
         match outcome.fresh() {
             Ok(won) => Ok(Outcome::Fresh(self.pending(tx, request, won))),
             Err(answer) => {
-                claim::end(tx).await;
+                // The answer may rest on an uncommitted row of an earlier
+                // member of a SQLite commit group: given only once durable.
+                claim::end(tx).await?;
                 Ok(answer)
             }
         }

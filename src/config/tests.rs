@@ -267,6 +267,8 @@ fn sqlite_group_commit_is_on_by_default_and_can_be_switched_off_or_bounded() {
     assert_eq!(bounded.group_commit.max_members, 8);
     assert_eq!(bounded.group_commit.max_wait, Duration::from_millis(2));
 
-    let error = parse("sqlite_group_commit_max = 0").unwrap_err().to_string();
+    let error = parse("sqlite_group_commit_max = 0")
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("sqlite_group_commit_max"), "{error}");
 }

@@ -20,7 +20,6 @@
 //! transaction open (SQLite rolls it back), and every member gets an error.
 
 use super::{DbConn, SqliteConn, StoreError, begin};
-use crate::telemetry::metrics;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::{AsyncConnection, TransactionManager};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -51,6 +50,27 @@ impl Default for GroupCommitOptions {
     }
 }
 
+/// Where the group commits are reported: the telemetry's recording helpers
+/// in a server (see `startup::store_options`), nothing by default. Passed
+/// in, because the telemetry reads the store and the store must not import
+/// it back.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupCommitMetrics {
+    /// One COMMIT made this many members durable.
+    pub committed: fn(usize),
+    /// A group was rolled back as a whole.
+    pub rolled_back: fn(),
+}
+
+impl Default for GroupCommitMetrics {
+    fn default() -> Self {
+        GroupCommitMetrics {
+            committed: |_| {},
+            rolled_back: || {},
+        }
+    }
+}
+
 /// The savepoint diesel opens for a member, at transaction depth 1.
 const MEMBER_SAVEPOINT: &str = "diesel_savepoint_1";
 
@@ -70,18 +90,24 @@ pub(super) struct WriteGate {
     waiters: AtomicUsize,
     acquire_timeout: Duration,
     options: GroupCommitOptions,
+    metrics: GroupCommitMetrics,
     /// The open group between two members; only the gate's holder touches it.
     parked: Mutex<Option<Group>>,
     next_group: AtomicU64,
 }
 
 impl WriteGate {
-    pub(super) fn new(acquire_timeout: Duration, options: GroupCommitOptions) -> WriteGate {
+    pub(super) fn new(
+        acquire_timeout: Duration,
+        options: GroupCommitOptions,
+        metrics: GroupCommitMetrics,
+    ) -> WriteGate {
         WriteGate {
             gate: Arc::new(tokio::sync::Mutex::new(())),
             waiters: AtomicUsize::new(0),
             acquire_timeout,
             options,
+            metrics,
             parked: Mutex::new(None),
             next_group: AtomicU64::new(0),
         }
@@ -101,7 +127,8 @@ impl WriteGate {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         // Counted down however the wait ends: locked, timed out or cancelled.
         let waiting = Waiting(&self.waiters);
-        let locked = tokio::time::timeout(self.acquire_timeout, self.gate.clone().lock_owned()).await;
+        let locked =
+            tokio::time::timeout(self.acquire_timeout, self.gate.clone().lock_owned()).await;
         drop(waiting);
         locked.map_err(|_| {
             StoreError::Unavailable(format!(
@@ -130,6 +157,7 @@ impl WriteGate {
                     members: 0,
                     waiting: Vec::new(),
                     expires: false,
+                    rolled_back: self.metrics.rolled_back,
                 }
             }
         };
@@ -160,7 +188,10 @@ impl WriteGate {
         // entered; a group found here anyway is rolled back (by its `Drop`),
         // never committed by accident.
         if let Some(stray) = parked.replace(group) {
-            tracing::error!(group = stray.id, "a second SQLite group was parked; rolled back");
+            tracing::error!(
+                group = stray.id,
+                "a second SQLite group was parked; rolled back"
+            );
         }
     }
 
@@ -221,7 +252,7 @@ impl WriteGate {
         };
         match committed {
             Ok(()) => {
-                metrics::sqlite_group_committed(group.members);
+                (self.metrics.committed)(group.members);
                 for member in group.waiting.drain(..) {
                     let _ = member.send(Ok(()));
                 }
@@ -269,6 +300,8 @@ struct Group {
     waiting: Vec<oneshot::Sender<Outcome>>,
     /// Whether a timer commits this group when its wait is over.
     expires: bool,
+    /// Reports a group dropped uncommitted.
+    rolled_back: fn(),
 }
 
 impl Group {
@@ -291,7 +324,7 @@ impl Drop for Group {
     /// hears an error.
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            metrics::sqlite_group_rolled_back();
+            (self.rolled_back)();
             match conn {
                 DbConn::Sqlite(conn) => drop(Object::take(conn)),
                 DbConn::Pg(conn) => drop(Object::take(*conn)),

@@ -26,7 +26,7 @@ use std::sync::Arc;
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use error::StoreError;
 pub use expired::{ExpiredKey, ExpiredKind, Expiry, Scopes};
-pub use group_commit::GroupCommitOptions;
+pub use group_commit::{GroupCommitMetrics, GroupCommitOptions};
 pub use history::HistoryEntry;
 pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
@@ -134,8 +134,7 @@ impl Store {
     /// savepoint in a transaction shared with the writers queued with it;
     /// see [`GroupCommitOptions`].
     pub async fn begin(&self) -> Result<Transaction, StoreError> {
-        let (Pools::Sqlite(pool), Some(write_gate)) = (&self.pools, &self.shared.write_gate)
-        else {
+        let (Pools::Sqlite(pool), Some(write_gate)) = (&self.pools, &self.shared.write_gate) else {
             let mut conn = self.conn().await?;
             with_conn!(&mut conn, |c| begin(c).await)?;
             return Ok(Transaction(Inner::Alone { conn, _gate: None }));
@@ -255,7 +254,10 @@ impl Transaction {
     /// this transaction was kept.
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.0 {
-            Inner::Alone { mut conn, _gate: gate } => {
+            Inner::Alone {
+                mut conn,
+                _gate: gate,
+            } => {
                 let ended = with_conn!(&mut conn, |c| commit(c).await);
                 // The write slot is held until the connection is back.
                 drop(conn);
@@ -272,7 +274,10 @@ impl Transaction {
     /// earlier member's write, which is then gone.
     pub async fn rollback(self) -> Result<(), StoreError> {
         match self.0 {
-            Inner::Alone { mut conn, _gate: gate } => {
+            Inner::Alone {
+                mut conn,
+                _gate: gate,
+            } => {
                 let ended = with_conn!(&mut conn, |c| rollback(c).await);
                 // The write slot is held until the connection is back.
                 drop(conn);

@@ -1,4 +1,4 @@
-use super::group_commit::{GroupCommitOptions, WriteGate};
+use super::group_commit::{GroupCommitMetrics, GroupCommitOptions, WriteGate};
 use super::{
     DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
@@ -77,8 +77,10 @@ pub struct StoreOptions {
     pub statement_timeout: Duration,
     /// The in-process cache of completed keys.
     pub replay_cache: ReplayCacheOptions,
-    /// How SQLite's writers share their commits (ignored on PostgreSQL).
+    /// How SQLite's writers share their commits (ignored on PostgreSQL)...
     pub group_commit: GroupCommitOptions,
+    /// ...and where they are reported.
+    pub group_commit_metrics: GroupCommitMetrics,
     /// Where the store, and the engine above it, read "now".
     pub clock: SharedClock,
 }
@@ -93,6 +95,7 @@ impl Default for StoreOptions {
             statement_timeout: Duration::from_secs(30),
             replay_cache: ReplayCacheOptions::default(),
             group_commit: GroupCommitOptions::default(),
+            group_commit_metrics: GroupCommitMetrics::default(),
             clock: crate::clock::system(),
         }
     }
@@ -165,6 +168,7 @@ impl Store {
             Arc::new(WriteGate::new(
                 options.acquire_timeout,
                 options.group_commit.clone(),
+                options.group_commit_metrics,
             ))
         });
         Ok(Store {

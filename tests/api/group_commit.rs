@@ -120,7 +120,10 @@ async fn writers_waiting_at_the_gate_share_one_commit_and_a_failing_one_rolls_ba
     write(&mut a, "a").await;
     let (go_b, b) = member(&store, "b", false);
     let (go_c, c) = member(&store, "c", true);
-    until("B and C wait at the gate", || store.write_gate_waiters() == 2).await;
+    until("B and C wait at the gate", || {
+        store.write_gate_waiters() == 2
+    })
+    .await;
 
     // A is done while B and C wait: it leaves the group to them and waits
     // for the group's COMMIT.
@@ -220,7 +223,11 @@ impl Handler for Hold {
     async fn handle(&self, event: &Event, _: &mut DbConn) -> Result<Option<Value>, HandlerError> {
         let state = &self.0;
         if !state.entered.swap(true, Ordering::SeqCst) {
-            if let Some(store) = state.store.get().filter(|s| s.backend() == StoreBackend::Sqlite) {
+            if let Some(store) = state
+                .store
+                .get()
+                .filter(|s| s.backend() == StoreBackend::Sqlite)
+            {
                 until("the other deliveries queue behind the first", || {
                     store.write_gate_waiters() >= state.waiters
                 })
@@ -283,7 +290,10 @@ async fn deliveries_and_storm(backend: Backend) {
     let before = groups_over(app, "48").await;
     let deliver = |i: i64| async move {
         let body = payment(&format!("pay_g{i}"), 100 + i);
-        app.deliver(&format!("msg_g{i:02}"), &body).await.status().as_u16()
+        app.deliver(&format!("msg_g{i:02}"), &body)
+            .await
+            .status()
+            .as_u16()
     };
     let first_body = payment("pay_g0", 100);
     let first = app.deliver("msg_g00", &first_body);
@@ -310,7 +320,10 @@ async fn deliveries_and_storm(backend: Backend) {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let mut ok_bodies = answers.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b);
     let stored = ok_bodies.next().expect("a storm copy succeeded").clone();
-    assert!(ok_bodies.all(|b| *b == stored), "every 200 is the stored answer");
+    assert!(
+        ok_bodies.all(|b| *b == stored),
+        "every 200 is the stored answer"
+    );
     for (status, body) in &answers {
         assert!(
             *status == 200 || *status == 409,
@@ -318,10 +331,13 @@ async fn deliveries_and_storm(backend: Backend) {
             String::from_utf8_lossy(body)
         );
     }
-    let mut expected: Vec<(String, i64)> =
-        (0..16).map(|i| (format!("msg_g{i:02}"), 1)).collect();
+    let mut expected: Vec<(String, i64)> = (0..16).map(|i| (format!("msg_g{i:02}"), 1)).collect();
     expected.push(("msg_gstorm".to_owned(), 1));
-    assert_eq!(ledger_rows_by_id(app).await, expected, "exactly one effect per id");
+    assert_eq!(
+        ledger_rows_by_id(app).await,
+        expected,
+        "exactly one effect per id"
+    );
     if backend == Backend::Sqlite {
         assert!(
             groups_over(app, "48").await > before,
@@ -365,7 +381,10 @@ async fn a_failure_inside_a_group(backend: Backend) {
         .await;
         let good = (0..8).map(|i| async move {
             let body = payment(&format!("pay_ok{i}"), 100 + i);
-            app.deliver(&format!("msg_ok{i}"), &body).await.status().as_u16()
+            app.deliver(&format!("msg_ok{i}"), &body)
+                .await
+                .status()
+                .as_u16()
         });
         tokio::join!(join_all(good), app.deliver("msg_malformed", &malformed))
     };
@@ -377,8 +396,14 @@ async fn a_failure_inside_a_group(backend: Backend) {
     let expected: Vec<(String, i64)> = (0..8).map(|i| (format!("msg_ok{i}"), 1)).collect();
     assert_eq!(ledger_rows_by_id(app).await, expected);
     assert_eq!(app.count("events").await, 8);
-    assert!(app.delivery("msg_fail").await.is_none(), "the failure kept nothing");
-    assert_eq!(app.delivery("msg_malformed").await.unwrap().status, "completed");
+    assert!(
+        app.delivery("msg_fail").await.is_none(),
+        "the failure kept nothing"
+    );
+    assert_eq!(
+        app.delivery("msg_malformed").await.unwrap().status,
+        "completed"
+    );
     if backend == Backend::Sqlite {
         assert!(
             groups_over(app, "8").await > before,

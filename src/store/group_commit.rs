@@ -348,35 +348,22 @@ impl Member {
         self.group.conn()
     }
 
-    /// Keeps this member's writes in the group, and returns once the group's
-    /// COMMIT made them durable.
-    pub(super) async fn commit(self) -> Result<(), StoreError> {
+    /// Keeps (`keep`) or undoes this member's writes, and returns once the
+    /// group's COMMIT made them durable. A member that undid its writes
+    /// waits for the COMMIT too, and fails if it failed: what it read may
+    /// have been an earlier member's uncommitted write.
+    pub(super) async fn end(self, keep: bool) -> Result<(), StoreError> {
         let Member {
             mut group,
             _gate: gate,
             write_gate,
         } = self;
-        let released = crate::with_conn!(group.conn(), |c| release_savepoint(c).await);
-        if let Err(error) = released {
-            return Err(write_gate.fail(group, error));
-        }
-        write_gate
-            .settle(group, gate)
-            .await
-            .map_err(|reason| StoreError::Unavailable(reason.to_string()))
-    }
-
-    /// Undoes this member's writes alone, and returns once the group's
-    /// outcome is known: an error if the group did not commit, since what
-    /// this member read may have been an earlier member's uncommitted write.
-    pub(super) async fn rollback(self) -> Result<(), StoreError> {
-        let Member {
-            mut group,
-            _gate: gate,
-            write_gate,
-        } = self;
-        let undone = crate::with_conn!(group.conn(), |c| undo_savepoint(c).await);
-        if let Err(error) = undone {
+        let ended = if keep {
+            crate::with_conn!(group.conn(), |c| release_savepoint(c).await)
+        } else {
+            crate::with_conn!(group.conn(), |c| undo_savepoint(c).await)
+        };
+        if let Err(error) = ended {
             return Err(write_gate.fail(group, error));
         }
         write_gate

@@ -253,19 +253,7 @@ impl Transaction {
     /// it returns once the shared COMMIT succeeded; if that fails, nothing of
     /// this transaction was kept.
     pub async fn commit(self) -> Result<(), StoreError> {
-        match self.0 {
-            Inner::Alone {
-                mut conn,
-                _gate: gate,
-            } => {
-                let ended = with_conn!(&mut conn, |c| commit(c).await);
-                // The write slot is held until the connection is back.
-                drop(conn);
-                drop(gate);
-                Ok(ended?)
-            }
-            Inner::Member(member) => member.commit().await,
-        }
+        self.end(true).await
     }
 
     /// Undoes the transaction's writes. On SQLite with group commit it
@@ -273,18 +261,26 @@ impl Transaction {
     /// that did not commit: what this transaction read may have been an
     /// earlier member's write, which is then gone.
     pub async fn rollback(self) -> Result<(), StoreError> {
+        self.end(false).await
+    }
+
+    async fn end(self, keep: bool) -> Result<(), StoreError> {
         match self.0 {
             Inner::Alone {
                 mut conn,
                 _gate: gate,
             } => {
-                let ended = with_conn!(&mut conn, |c| rollback(c).await);
+                let ended = if keep {
+                    with_conn!(&mut conn, |c| commit(c).await)
+                } else {
+                    with_conn!(&mut conn, |c| rollback(c).await)
+                };
                 // The write slot is held until the connection is back.
                 drop(conn);
                 drop(gate);
                 Ok(ended?)
             }
-            Inner::Member(member) => member.rollback().await,
+            Inner::Member(member) => member.end(keep).await,
         }
     }
 }

@@ -201,6 +201,24 @@ async fn without_group_commit_each_writer_commits_on_its_own() {
     assert_eq!(committed(&store).await, ["a", "b"]);
 }
 
+/// `$name::sqlite` and `$name::postgres`, each running `$body(backend)`:
+/// these tests build their app themselves, to share state with a handler.
+macro_rules! on_both_backends {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$body(crate::helpers::Backend::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$body(crate::helpers::Backend::Postgres).await;
+            }
+        }
+    };
+}
+
 /// What the `hold` handler and its test share.
 #[derive(Default)]
 struct HoldState {
@@ -346,15 +364,10 @@ async fn deliveries_and_storm(backend: Backend) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parallel_deliveries_and_a_storm_commit_in_groups_with_one_effect_per_id_sqlite() {
-    deliveries_and_storm(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parallel_deliveries_and_a_storm_commit_in_groups_with_one_effect_per_id_postgres() {
-    deliveries_and_storm(Backend::Postgres).await;
-}
+on_both_backends!(
+    parallel_deliveries_and_a_storm_commit_in_groups_with_one_effect_per_id,
+    deliveries_and_storm
+);
 
 /// A delivery whose handler fails holds the gate until 9 others queue: on
 /// SQLite they all share its group. It answers 500 and leaves nothing; a
@@ -412,12 +425,7 @@ async fn a_failure_inside_a_group(backend: Backend) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_delivery_inside_a_group_fails_alone_and_the_others_commit_sqlite() {
-    a_failure_inside_a_group(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_delivery_inside_a_group_fails_alone_and_the_others_commit_postgres() {
-    a_failure_inside_a_group(Backend::Postgres).await;
-}
+on_both_backends!(
+    a_failing_delivery_inside_a_group_fails_alone_and_the_others_commit,
+    a_failure_inside_a_group
+);

@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
-# The performance harness: pgbench running the receiver's own SQL, then the
-# receiver (release build) driven over HTTP by `loadgen` at the same
-# concurrency, on one PostgreSQL, then the same scenarios on embedded SQLite.
-# Prints one table. Every run is bounded by DURATION seconds; a temporary
-# database and folder are created and removed again.
+# The performance harness: the receiver (release build) driven over HTTP by
+# `loadgen`, every figure set beside a baseline measured in the same run on
+# the same machine, the two taking turns ROUNDS times (median of the
+# rounds' ratios):
+# - PostgreSQL fresh: pgbench of the minimal exactly-once transaction
+#   (bench/minimal.sql) and of the receiver's own statements
+#   (bench/fresh.sql), then the receiver's `fresh`;
+# - replay: nginx answering a fixed 200 (the HTTP floor) under the same
+#   client, then the receiver's `replay`; beside them pgbench of the
+#   replay's primary-key read;
+# - SQLite fresh: `sqliteloop` (the minimal transaction in a loop, one
+#   durable commit per delivery, the receiver's SQLite settings), then the
+#   receiver's `fresh` with group commit on and off.
+# Then storm, mixed, peak RSS, optionally growth, the queued mode and the
+# outbox. Every measured run starts settled (VACUUM ANALYZE and CHECKPOINT
+# on PostgreSQL, the SQLite WALs checkpointed). The receiver runs at its
+# default log level (RUST_LOG unset: info), as a user runs it; one fresh and
+# one replay per backend are repeated at `warn`. Prints the tables, the CPU
+# split of every run and issue #15's targets with this run's figures. Every
+# run is bounded by DURATION seconds; a temporary database and folder are
+# created and removed again.
 #
 #   bench/run.sh                       # defaults below
 #   DURATION=20 CONCURRENCY=32 bench/run.sh
 #   GROWTH_ROWS=5000000 bench/run.sh   # also: fresh with 5 M completed rows loaded
 #   QUEUE=only bench/run.sh            # only the queued-mode section
 #   OUTBOX=only bench/run.sh           # only the outbox section (brokers)
+#   DURATION=3 ROUNDS=1 QUEUE=0 OUTBOX=0 bench/run.sh   # a quick look
 #
 # Environment: PG (base URL, default postgres://root@127.0.0.1:5432),
 # DURATION (s, default 10), CONCURRENCY (default 16), STORM_COPIES (64),
 # REPLAY_KEYS (2000), GROWTH_ROWS (0 = skip), SQLITE (1 = run it), ROUNDS
-# (3: pgbench and the receiver alternate this many fresh runs), WORKERS (the
-# receiver's `workers`; default: its own default, one per core), QUEUE (1 =
-# also the queued-mode section, 0 = not, only = nothing else), QUEUE_WORKERS
-# (the draining processes' `queue_workers`; default: the receiver's own),
-# DRAIN_PROCESSES (the larger drain's process count, default 3), OUTBOX (1 =
-# also the outbox section, 0 = not, only = nothing else), OUTBOX_BROKERS
-# (default "nats rabbitmq redis"), OUTBOX_RATE (the end-to-end run's steady
-# req/s, default 200), OUTBOX_IN_FLIGHT (the baseline's publications in
-# flight, default 256 = the relay's 4 batches of 64), and CARGO_TARGET_DIR
-# as cargo reads it.
+# (3: each baseline and the receiver alternate this many times), NGINX (1 =
+# the HTTP floor, 0 = skip it), WORKERS (the receiver's `workers`; default:
+# its own default, one per core), QUEUE (1 = also the queued-mode section, 0
+# = not, only = nothing else), QUEUE_WORKERS (the draining processes'
+# `queue_workers`; default: the receiver's own), DRAIN_PROCESSES (the larger
+# drain's process count, default 3), OUTBOX (1 = also the outbox section, 0
+# = not, only = nothing else), OUTBOX_BROKERS (default "nats rabbitmq
+# redis"), OUTBOX_RATE (the end-to-end run's steady req/s, default 200),
+# OUTBOX_IN_FLIGHT (the baseline's publications in flight, default 256 = the
+# relay's 4 batches of 64), and CARGO_TARGET_DIR as cargo reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +52,7 @@ REPLAY_KEYS=${REPLAY_KEYS:-2000}
 GROWTH_ROWS=${GROWTH_ROWS:-0}
 SQLITE=${SQLITE:-1}
 ROUNDS=${ROUNDS:-3}
+NGINX=${NGINX:-1}
 WORKERS=${WORKERS:-}
 QUEUE=${QUEUE:-1}
 QUEUE_WORKERS=${QUEUE_WORKERS:-}
@@ -50,19 +68,35 @@ if [ "$OUTBOX" = only ]; then ONLY=outbox QUEUE=0; fi
 SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 TARGET=${CARGO_TARGET_DIR:-target}
 
-# The receiver, and the load generator (bench/loadgen, a workspace member
-# that is not published).
-cargo build --release --quiet --bin idempotent-receiver --bin loadgen --bin outboxbench
+command -v /usr/bin/time >/dev/null || { echo "bench/run.sh needs /usr/bin/time (Debian: apt-get install time)" >&2; exit 1; }
+if [ "$NGINX" = 1 ] && [ -z "$ONLY" ] && ! command -v nginx >/dev/null; then
+  echo "bench/run.sh needs nginx for the HTTP floor (Debian: apt-get install nginx-light), or NGINX=0 to skip it" >&2
+  exit 1
+fi
+# Without the sqlite3 CLI the SQLite WALs are not checkpointed before each
+# run (noted under the tables).
+SQLITE3=$(command -v sqlite3 || true)
+
+# The receiver, the load generator and the SQLite loop (bench/loadgen, a
+# workspace member that is not published).
+cargo build --release --quiet --bin idempotent-receiver --bin loadgen --bin outboxbench --bin sqliteloop
 BIN=$TARGET/release/idempotent-receiver
 LOADGEN=$TARGET/release/loadgen
 OUTBOXBENCH=$TARGET/release/outboxbench
+SQLITELOOP=$TARGET/release/sqliteloop
 
 DB=ir_bench_$$
 URL=$PG/$DB
+# The minimal transaction's tables live in their own schema of the same
+# database (bench/minimal-schema.sql), reached through libpq's `options`.
+MINIMAL_URL="$URL?options=-csearch_path%3Dminimal"
 WORK=$(mktemp -d)
 SERVER_PID=
+NGINX_PID=
 DRAIN_PIDS=()
 RESULTS=$WORK/results
+TARGETS=$WORK/targets
+NOTES=$WORK/notes
 QUEUE_RESULTS=$WORK/queue-results
 OUTBOX_RESULTS=$WORK/outbox-results
 # "broker name" of every stream, exchange and queue, or key prefix made.
@@ -70,6 +104,7 @@ OUTBOX_MADE=()
 
 cleanup() {
   stop_server
+  stop_nginx
   stop_drainers
   local made
   for made in "${OUTBOX_MADE[@]}"; do
@@ -84,18 +119,26 @@ trap cleanup EXIT
 
 say() { printf '\n==> %s %s\n' "$(date +%T)" "$*" >&2; }
 
-# Where the CPU went during a run: the client's own (pgbench or loadgen,
-# from /usr/bin/time), the receiver's (/proc/PID/stat), and the rest of the
-# machine's busy time, which is PostgreSQL (and its background writers)
-# plus whatever else ran. Shares of both cores' time, idle included.
+# Where the CPU went during a run: the client's own (pgbench, loadgen or
+# sqliteloop, from /usr/bin/time), the server's (the receiver's, or nginx's
+# master and workers when CPU_PID names it, from /proc/PID/stat), and the
+# rest of the machine's busy time, which is PostgreSQL (and its background
+# writers) plus whatever else ran. Shares of both cores' time, idle included.
 CPU=$WORK/cpu
+CPU_PID=
 stat_ticks() { awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $5+$6 }' /proc/stat; }
-proc_ticks() { if [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ]; then awk '{ print $14+$15 }' "/proc/$1/stat"; else echo 0; fi; }
-cpu_begin() { read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks); CPU_SERVER0=$(proc_ticks "$SERVER_PID"); }
+proc_ticks() { # pid: its CPU ticks and its children's (nginx's workers)
+  local p
+  if [ -z "${1:-}" ] || [ ! -r "/proc/$1/stat" ]; then echo 0; return; fi
+  # shellcheck disable=SC2046 # one pid per word
+  for p in "$1" $(ps -o pid= --ppid "$1"); do cat "/proc/$p/stat" 2>/dev/null || true; done |
+    awk '{ s += $14 + $15 } END { print s + 0 }'
+}
+cpu_begin() { read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks); CPU_SERVER0=$(proc_ticks "${CPU_PID:-$SERVER_PID}"); }
 cpu_end() { # label client-time-file
   local busy1 idle1 server1 client
   read -r busy1 idle1 < <(stat_ticks)
-  server1=$(proc_ticks "$SERVER_PID")
+  server1=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
   client=$(awk '{ printf "%d", ($1 + $2) * 100 }' "$2" 2>/dev/null || echo 0)
   awk -v label="$1" -v busy=$((busy1 - CPU_BUSY0)) -v idle=$((idle1 - CPU_IDLE0)) \
     -v server=$((server1 - CPU_SERVER0)) -v client="$client" 'BEGIN {
@@ -105,22 +148,50 @@ cpu_end() { # label client-time-file
     }' >>"$CPU"
 }
 
-# Every measured run starts from the same state: no dirty pages left by the
-# previous one for a checkpoint to write in the middle of this one.
-settle() { psql -q -v ON_ERROR_STOP=1 "$URL" -c CHECKPOINT >/dev/null; }
+# Every measured run starts from the same state: fresh statistics and no
+# dead rows of the previous run left for autovacuum to clean up in the
+# middle of this one (without the VACUUM the receiver's fresh figure fell to
+# a third on this machine while pgbench's held, issue #15), no dirty pages
+# for a checkpoint to write, and every SQLite WAL folded back into its
+# database and truncated. The receiver is idle meanwhile, so the checkpoint
+# finds no reader in its way.
+settle() {
+  psql -q -v ON_ERROR_STOP=1 "$URL" -c "VACUUM ANALYZE" -c CHECKPOINT >/dev/null
+  local db
+  [ -n "$SQLITE3" ] || return 0
+  for db in "$WORK"/data/*.db; do
+    [ -e "$db" ] || continue
+    "$SQLITE3" -cmd ".timeout 10000" "$db" "PRAGMA wal_checkpoint(TRUNCATE)" >/dev/null
+  done
+}
 
 # pgbench's "tps = N (without initial connection time)".
 pgbench_tps() { sed -n 's/^tps = \([0-9]*\.[0-9]\).*/\1/p' | head -n 1; }
+
+# One settled pgbench run at the bench's concurrency, prepared statements,
+# durable commits (`synchronous_commit = on`); prints its tps.
+pgbench_run() { # cpu-label url script extra-args...
+  local label=$1 url=$2 script=$3
+  shift 3
+  settle
+  cpu_begin
+  /usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" "$@" \
+    -f "$script" "$url" 2>&1 | tee -a "$WORK/pgbench.txt" | pgbench_tps
+  cpu_end "$label" "$WORK/time.pgbench"
+}
 
 # A row of the final table.
 row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@" >>"$RESULTS"; }
 
 field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+lat() { printf '%s / %s / %s' "$(echo "$1" | field p50_ms)" "$(echo "$1" | field p99_ms)" "$(echo "$1" | field max_ms)"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # The receiver's configuration. SERVER_TOP (top-level keys) and
-# SERVER_ENDPOINTS (more endpoint tables) are empty except in the queued
-# section.
-SERVER_TOP= SERVER_ENDPOINTS=
+# SERVER_ENDPOINTS (more endpoint tables) are empty except where a section
+# sets them.
+SERVER_TOP='' SERVER_ENDPOINTS=''
 write_config() { # file
   cat >"$1" <<EOF
 pool_size = $CONCURRENCY
@@ -135,9 +206,14 @@ $SERVER_ENDPOINTS
 EOF
 }
 
+# The receiver's RUST_LOG; empty: unset, so the receiver's own default
+# (info), which is what a user runs.
+SERVER_RUST_LOG=
 start_server() { # database_url port
+  local level=(env -u RUST_LOG)
+  if [ -n "$SERVER_RUST_LOG" ]; then level=(env "RUST_LOG=$SERVER_RUST_LOG"); fi
   write_config "$WORK/receiver.toml"
-  IR_LISTEN=127.0.0.1:$2 DATABASE_URL=$1 IR_DATA_DIR=$WORK/data RUST_LOG=warn \
+  IR_LISTEN=127.0.0.1:$2 DATABASE_URL=$1 IR_DATA_DIR=$WORK/data "${level[@]}" \
     "$BIN" --config "$WORK/receiver.toml" serve 2>>"$WORK/server.log" &
   SERVER_PID=$!
   for _ in $(seq 1 100); do
@@ -159,7 +235,56 @@ stop_server() {
   SERVER_PID=
 }
 
-# LG_ENDPOINT: the endpoint to post to (default bench).
+# The HTTP floor: nginx answering every request with a fixed 200 and a JSON
+# body shaped and sized like the receiver's replay answer (the completion's
+# stored answer, as in bench/fresh.sql), Content-Type application/json, one
+# worker per core, no access log, and keep-alive as actix-web keeps it: 5 s
+# idle, no cap on the requests per connection (nginx closes one after 1000
+# by default, which would make the client reconnect).
+NGINX_BODY='{"attempt":1,"delivery_id":"lg-0123abcd-r-1042","effects":{"payments":{"kind":"charge","ledger_entry_id":1042},"record":{"recorded":true}},"endpoint":"bench","event_type":"payment.succeeded","processed_at":"2026-12-01T04:11:44.506Z","status":"processed"}'
+start_nginx() { # port
+  mkdir -p "$WORK/nginx"
+  cat >"$WORK/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes $(nproc);
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  keepalive_timeout 5s;
+  keepalive_requests 4294967295;
+  client_body_temp_path $WORK/nginx/body;
+  server {
+    listen 127.0.0.1:$1;
+    location / {
+      default_type application/json;
+      return 200 '$NGINX_BODY';
+    }
+  }
+}
+EOF
+  nginx -e "$WORK/nginx/error.log" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" 2>>"$WORK/nginx/stderr.log" &
+  NGINX_PID=$!
+  for _ in $(seq 1 100); do
+    curl -fs -o /dev/null "http://127.0.0.1:$1/" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nginx did not answer; its log:" >&2
+  cat "$WORK/nginx/error.log" "$WORK/nginx/stderr.log" >&2
+  exit 1
+}
+
+stop_nginx() {
+  if [ -n "$NGINX_PID" ] && kill -0 "$NGINX_PID" 2>/dev/null; then
+    kill -TERM "$NGINX_PID"
+    wait "$NGINX_PID" 2>/dev/null || true
+  fi
+  NGINX_PID=
+}
+
+# LG_ENDPOINT: the endpoint to post to (default bench). LG_SERVER: what
+# answers, for the CPU table (default receiver).
 loadgen() { # label database_url (empty: no effect check) port scenario extra-args...
   local label=$1 url=$2 port=$3 scenario=$4
   shift 4
@@ -170,36 +295,91 @@ loadgen() { # label database_url (empty: no effect check) port scenario extra-ar
     --scenario "$scenario" --duration "$DURATION" --requests 100000000 \
     --replay-keys "$REPLAY_KEYS" --storm-copies "$STORM_COPIES" \
     ${url:+--database-url "$url"} --label "$label" "$@" | tee -a "$WORK/loadgen.txt" >&2
-  cpu_end "receiver $label (loadgen)" "$WORK/time.$label"
+  cpu_end "${LG_SERVER:-receiver} $label (loadgen)" "$WORK/time.$label"
   grep "^RESULT label=$label " "$WORK/loadgen.txt" | tail -n 1
 }
 
-record() { # backend label result-line [pgbench-tps]
-  local r=$3 rps p50 p99 max checks ratio=""
-  rps=$(echo "$r" | field rps)
-  p50=$(echo "$r" | field p50_ms)
-  p99=$(echo "$r" | field p99_ms)
-  max=$(echo "$r" | field max_ms)
+record() { # backend label result-line [ratio-text]
+  local r=$3 checks
   checks="effects $(echo "$r" | field one_effect), bodies $(echo "$r" | field bodies_identical)"
-  if [ -n "${4:-}" ]; then ratio=$(awk -v a="$rps" -v b="$4" 'BEGIN { printf "%.2f", a / b }'); fi
   checks="$checks; $(echo "$r" | sed -n 's/.*statuses=\(.*\)$/\1/p')"
-  row "$1" "$2" "$rps" "${ratio:-—}" "$p50 / $p99 / $max" "$checks"
+  row "$1" "$2" "$(echo "$r" | field rps)" "${4:-—}" "$(lat "$r")" "$checks"
+}
+
+# The storm target's figure and verdict for one backend: exactly one effect
+# per id and p99 < 50 ms.
+storm_check() { # result-line
+  local ok=1
+  [ "$(echo "$1" | field one_effect)" = ok ] || ok=0
+  awk -v p="$(echo "$1" | field p99_ms)" 'BEGIN { exit !(p < 50) }' || ok=0
+  echo "$ok effects $(echo "$1" | field one_effect), p99 $(echo "$1" | field p99_ms) ms"
+}
+
+# A line of the targets block: the target, this run's figure, and met,
+# missed, or not measured.
+target() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$TARGETS"; }
+verdict() { # value op bound
+  if [ -z "$1" ]; then echo "not measured"
+  elif awk -v v="$1" -v b="$3" -v op="$2" 'BEGIN { exit !(op == ">=" ? v >= b : v < b) }'; then echo met
+  else echo "**missed**"; fi
+}
+
+# storm, mixed and the peak RSS of the running server, which is then
+# stopped; sets STORM_CHECK and RSS.
+STORM_CHECK='' RSS=''
+storm_mixed_rss() { # backend label-prefix database_url
+  local r
+  r=$(loadgen "$2-storm" "$3" "$port" storm --concurrency "$STORM_COPIES")
+  record "$1" "receiver storm ×$STORM_COPIES" "$r"
+  STORM_CHECK=$(storm_check "$r")
+  r=$(loadgen "$2-mixed" "$3" "$port" mixed --concurrency "$CONCURRENCY")
+  record "$1" "receiver mixed 70/25/5" "$r"
+  RSS=$(peak_rss_mib)
+  row "$1" "receiver peak RSS (VmHWM, MiB)" "$RSS" "—" "—" ""
+  stop_server
+}
+
+# fresh and replay once more, on a new server at RUST_LOG=warn, each beside
+# its baseline's median and its own median at the default level (info).
+at_warn() { # backend label-prefix database_url baseline-name baseline fresh-at-info replay-at-info
+  local r rps
+  SERVER_RUST_LOG=warn
+  start_server "$3" "$port"
+  r=$(loadgen "$2-fresh-warn" "$3" "$port" fresh --concurrency "$CONCURRENCY")
+  rps=$(echo "$r" | field rps)
+  record "$1" "receiver fresh at RUST_LOG=warn" "$r" "$(ratio "$rps" "$5") ÷ $4, $(ratio "$rps" "$6") ÷ fresh at info"
+  r=$(loadgen "$2-replay-warn" "$3" "$port" replay --concurrency "$CONCURRENCY")
+  rps=$(echo "$r" | field rps)
+  record "$1" "receiver replay at RUST_LOG=warn" "$r" "${NGINX_RPS:+$(ratio "$rps" "$NGINX_RPS") ÷ nginx, }$(ratio "$rps" "$7") ÷ replay at info"
+  stop_server
+  SERVER_RUST_LOG=
 }
 
 say "machine: $(nproc) cores; $(uptime)"
 : >"$RESULTS"
+: >"$TARGETS"
+: >"$NOTES"
 : >"$CPU"
 : >"$QUEUE_RESULTS"
 : >"$OUTBOX_RESULTS"
-command -v /usr/bin/time >/dev/null || { echo "bench/run.sh needs /usr/bin/time (Debian: apt-get install time)" >&2; exit 1; }
+[ -n "$SQLITE3" ] || echo "- no sqlite3 CLI: the SQLite WALs were not checkpointed before each run (Debian: apt-get install sqlite3)." >>"$NOTES"
 psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "CREATE DATABASE $DB" >/dev/null
 DATABASE_URL=$URL "$BIN" migrate >/dev/null
+psql -q -v ON_ERROR_STOP=1 "$URL" -f bench/minimal-schema.sql >/dev/null
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 port=$(( 20000 + $$ % 20000 ))
+nginx_port=$((port + 100))
+# The figures the targets block reads; empty: not measured.
+PG_FRESH_RATIO='' SQLITE_FRESH_RATIO='' REPLAY_RATIO='' GROWTH_RATIO='' NGINX_RPS=''
+STORM_PG='' STORM_SQLITE='' RSS_PG='' RSS_SQLITE='' GC_RATIO=''
 
 if [ -z "$ONLY" ]; then
-  # --- pgbench: the same SQL, the same concurrency, durable commits ---------
+  # --- fresh: three take turns, ROUNDS times ---------------------------------
+  # pgbench of the minimal exactly-once transaction, pgbench of the
+  # receiver's own statements, and the receiver. This machine's throughput
+  # drifts by a quarter between runs a minute apart; alternating and taking
+  # the median of the rounds' ratios keeps that drift out of the comparison.
+  # pgbench runs while the receiver is up and idle.
   say "pgbench: replay keys"
   psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
@@ -207,44 +387,60 @@ INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type,
 SELECT 'bench', 'pgr-' || n, md5(n::text) || md5(n::text), 'completed', 'payment.succeeded', 200,
   'application/json', convert_to(repeat('x', 250), 'UTF8'), 1, now()::timestamp, now()::timestamp
 FROM generate_series(1, $REPLAY_KEYS) AS n;
-VACUUM ANALYZE deliveries;
 EOF
   start_server "$URL" "$port"
-
-  # --- fresh: pgbench and the receiver take turns, ROUNDS times -------------
-  # This machine's throughput drifts by a quarter between runs a minute apart;
-  # alternating the two and taking the median ratio keeps that drift out of
-  # the comparison. pgbench runs while the receiver is up and idle.
-  ratios=() pg_all=() rx_all=()
+  min_all=() own_all=() rx_all=() rx_min=() rx_own=() own_min=()
   for round in $(seq 1 "$ROUNDS"); do
-    say "round $round/$ROUNDS: pgbench fresh ($CONCURRENCY clients, ${DURATION}s)"
-    settle
-    cpu_begin
-    tps=$(/usr/bin/time -o "$WORK/time.pgbench-fresh" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/fresh.sql "$URL" 2>&1 | tee "$WORK/pgbench-fresh.txt" | pgbench_tps)
-    cpu_end "pgbench fresh, round $round" "$WORK/time.pgbench-fresh"
-    row postgres "pgbench fresh transaction (tps), round $round" "$tps" "—" "—" ""
+    say "round $round/$ROUNDS: pgbench minimal, pgbench fresh.sql, receiver fresh ($CONCURRENCY clients, ${DURATION}s each)"
+    tps_min=$(pgbench_run "pgbench minimal, round $round" "$MINIMAL_URL" bench/minimal.sql)
+    row postgres "pgbench minimal exactly-once transaction (tps), round $round" "$tps_min" "—" "—" ""
+    tps_own=$(pgbench_run "pgbench fresh.sql, round $round" "$URL" bench/fresh.sql)
+    row postgres "pgbench the receiver's fresh SQL (tps), round $round" "$tps_own" "$(ratio "$tps_own" "$tps_min") ÷ minimal" "—" ""
     r=$(loadgen "pg-fresh-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
-    record postgres "receiver fresh, round $round" "$r" "$tps"
     rps=$(echo "$r" | field rps)
-    pg_all+=("$tps") rx_all+=("$rps")
-    ratios+=("$(awk -v a="$rps" -v b="$tps" 'BEGIN { printf "%.3f", a / b }')")
+    record postgres "receiver fresh, round $round" "$r" "$(ratio "$rps" "$tps_min") ÷ minimal, $(ratio "$rps" "$tps_own") ÷ own SQL"
+    min_all+=("$tps_min") own_all+=("$tps_own") rx_all+=("$rps")
+    rx_min+=("$(ratio "$rps" "$tps_min")") rx_own+=("$(ratio "$rps" "$tps_own")") own_min+=("$(ratio "$tps_own" "$tps_min")")
   done
-  pg_fresh=$(median "${pg_all[@]}")
-  fresh_empty=$(median "${rx_all[@]}")
-  row postgres "**fresh, median of $ROUNDS rounds** (pgbench tps / receiver req/s)" "$pg_fresh / $fresh_empty" "$(printf '%.2f' "$(median "${ratios[@]}")")" "—" "ratios: ${ratios[*]}"
+  pg_min=$(median "${min_all[@]}") pg_own=$(median "${own_all[@]}") fresh_empty=$(median "${rx_all[@]}")
+  PG_FRESH_RATIO=$(median "${rx_min[@]}")
+  row postgres "**receiver fresh ÷ minimal transaction, median of $ROUNDS rounds** (req/s / tps)" "$fresh_empty / $pg_min" "$PG_FRESH_RATIO" "—" "ratios: ${rx_min[*]}"
+  row postgres "**receiver fresh ÷ its own SQL, median** (req/s / tps)" "$fresh_empty / $pg_own" "$(median "${rx_own[@]}")" "—" "ratios: ${rx_own[*]}"
+  row postgres "**own SQL ÷ minimal transaction, median** (tps / tps)" "$pg_own / $pg_min" "$(median "${own_min[@]}")" "—" "ratios: ${own_min[*]}"
 
-  # --- replay: the primary-key read, then the receiver ----------------------
+  # --- replay: the HTTP floor and the receiver take turns, ROUNDS times -----
+  # Beside them, pgbench of the primary-key read a replay would make without
+  # the replay cache.
   say "pgbench replay ($CONCURRENCY clients, ${DURATION}s)"
-  settle
-  cpu_begin
-  pg_replay=$(/usr/bin/time -o "$WORK/time.pgbench-replay" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -D keys="$REPLAY_KEYS" -f bench/replay.sql "$URL" 2>&1 | tee "$WORK/pgbench-replay.txt" | pgbench_tps)
-  cpu_end "pgbench replay" "$WORK/time.pgbench-replay"
+  pg_replay=$(pgbench_run "pgbench replay lookup" "$URL" bench/replay.sql -D keys="$REPLAY_KEYS")
   row postgres "pgbench replay lookup (tps)" "$pg_replay" "—" "—" ""
-  r=$(loadgen pg-replay "$URL" "$port" replay --concurrency "$CONCURRENCY"); record postgres "receiver replay" "$r" "$pg_replay"
-  r=$(loadgen pg-storm "$URL" "$port" storm --concurrency "$STORM_COPIES"); record postgres "receiver storm ×$STORM_COPIES" "$r"
-  r=$(loadgen pg-mixed "$URL" "$port" mixed --concurrency "$CONCURRENCY"); record postgres "receiver mixed 70/25/5" "$r"
-  row postgres "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" ""
-  stop_server
+  if [ "$NGINX" = 1 ]; then start_nginx "$nginx_port"; fi
+  ng_all=() rp_all=() rp_ng=()
+  for round in $(seq 1 "$ROUNDS"); do
+    vs_nginx=
+    if [ "$NGINX" = 1 ]; then
+      r=$(CPU_PID=$NGINX_PID; LG_SERVER=nginx; loadgen "nginx-replay-$round" "" "$nginx_port" replay --concurrency "$CONCURRENCY")
+      record nginx "nginx fixed 200, the replay client, round $round" "$r"
+      ng=$(echo "$r" | field rps)
+      ng_all+=("$ng")
+    fi
+    r=$(loadgen "pg-replay-$round" "$URL" "$port" replay --concurrency "$CONCURRENCY")
+    rps=$(echo "$r" | field rps)
+    rp_all+=("$rps")
+    if [ "$NGINX" = 1 ]; then rp_ng+=("$(ratio "$rps" "$ng")") vs_nginx="$(ratio "$rps" "$ng") ÷ nginx, "; fi
+    record postgres "receiver replay, round $round" "$r" "$vs_nginx$(ratio "$rps" "$pg_replay") ÷ pgbench lookup"
+  done
+  stop_nginx
+  pg_replay_rps=$(median "${rp_all[@]}")
+  if [ "$NGINX" = 1 ]; then
+    NGINX_RPS=$(median "${ng_all[@]}") REPLAY_RATIO=$(median "${rp_ng[@]}")
+    row postgres "**receiver replay ÷ nginx, median of $ROUNDS rounds** (req/s / req/s)" "$pg_replay_rps / $NGINX_RPS" "$REPLAY_RATIO" "—" "ratios: ${rp_ng[*]}"
+  else
+    echo "- NGINX=0: no HTTP floor, the replay target is not measured." >>"$NOTES"
+  fi
+  storm_mixed_rss postgres pg "$URL"
+  STORM_PG=$STORM_CHECK RSS_PG=$RSS
+  at_warn postgres pg "$URL" minimal "$pg_min" "$fresh_empty" "$pg_replay_rps"
 fi
 
 # --- growth: the same fresh run with GROWTH_ROWS completed rows -----------
@@ -257,7 +453,6 @@ SELECT 'bench', 'old-' || n, md5(n::text) || md5(n::text), 'completed', 'payment
   'application/json', convert_to(repeat('x', 250), 'UTF8'), 1,
   now()::timestamp - (n % 3600) * interval '1 minute', now()::timestamp, convert_to(repeat('y', 200), 'UTF8')
 FROM generate_series(1, $GROWTH_ROWS) AS n;
-VACUUM ANALYZE deliveries;
 EOF
   loaded=$(psql -tA "$URL" -c "SELECT count(*) FROM deliveries WHERE status = 'completed'")
   say "deliveries now holds $loaded completed rows"
@@ -269,20 +464,75 @@ EOF
     grown_all+=("$(echo "$r" | field rps)")
   done
   grown=$(median "${grown_all[@]}")
-  row postgres "**growth**: median fresh(loaded) ÷ median fresh(empty)" "$grown / $fresh_empty" "$(awk -v a="$grown" -v b="$fresh_empty" 'BEGIN { printf "%.2f", a / b }')" "—" ""
+  GROWTH_RATIO=$(ratio "$grown" "$fresh_empty")
+  row postgres "**growth**: median fresh(loaded) ÷ median fresh(empty)" "$grown / $fresh_empty" "$GROWTH_RATIO" "—" ""
   stop_server
 fi
 
 # --- the embedded SQLite default ------------------------------------------
+# The loop of the minimal transaction, the receiver with group commit on
+# (its default) and the receiver with it off take turns, ROUNDS times, on
+# one database file, each server started for its run.
 if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
   sqlite_url="sqlite://$WORK/data/receiver.db"
+  # A build from before `sqlite_group_commit` (issue #15) refuses the key
+  # and has no group commit to turn off.
+  SERVER_TOP="sqlite_group_commit = false"
+  write_config "$WORK/probe.toml"
+  SERVER_TOP=
+  gc_off=1
+  if ! DATABASE_URL="sqlite://$WORK/probe.db" IR_DATA_DIR=$WORK/probe "$BIN" --config "$WORK/probe.toml" migrate >/dev/null 2>&1; then
+    gc_off=0
+    echo "- this build refuses \`sqlite_group_commit = false\` (it predates group commit): SQLite fresh ran with its one setting only." >>"$NOTES"
+  fi
+  rm -rf "$WORK/probe" "$WORK"/probe.db*
+  modes="group commit on, then off"
+  [ "$gc_off" = 1 ] || modes="one setting"
+  loop_all=() on_all=() off_all=() on_loop=() on_off=() off_loop=()
+  for round in $(seq 1 "$ROUNDS"); do
+    say "round $round/$ROUNDS: sqliteloop, receiver fresh ($modes; ${DURATION}s each)"
+    settle
+    cpu_begin
+    l=$(/usr/bin/time -o "$WORK/time.sqliteloop" -f '%U %S' "$SQLITELOOP" --duration "$DURATION" --dir "$WORK" \
+      --label "sqlite-loop-$round" | tee -a "$WORK/sqliteloop.txt" | grep '^RESULT ')
+    cpu_end "sqliteloop, round $round" "$WORK/time.sqliteloop"
+    loop=$(echo "$l" | field tps)
+    row sqlite "sqliteloop: the minimal transaction, one durable commit each (tps), round $round" "$loop" "—" "$(lat "$l")" "check $(echo "$l" | field check)"
+    start_server "$sqlite_url" "$port"
+    r=$(loadgen "sqlite-fresh-$round" "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY")
+    stop_server
+    on=$(echo "$r" | field rps)
+    loop_all+=("$loop") on_all+=("$on") on_loop+=("$(ratio "$on" "$loop")")
+    if [ "$gc_off" = 1 ]; then
+      SERVER_TOP="sqlite_group_commit = false"
+      start_server "$sqlite_url" "$port"
+      SERVER_TOP=
+      r_off=$(loadgen "sqlite-fresh-gc-off-$round" "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY")
+      stop_server
+      off=$(echo "$r_off" | field rps)
+      off_all+=("$off") on_off+=("$(ratio "$on" "$off")") off_loop+=("$(ratio "$off" "$loop")")
+      record sqlite "receiver fresh, round $round" "$r" "$(ratio "$on" "$loop") ÷ loop, $(ratio "$on" "$off") ÷ group commit off"
+      record sqlite "receiver fresh, group commit off, round $round" "$r_off" "$(ratio "$off" "$loop") ÷ loop"
+    else
+      record sqlite "receiver fresh, round $round" "$r" "$(ratio "$on" "$loop") ÷ loop"
+    fi
+  done
+  sqlite_loop=$(median "${loop_all[@]}") sqlite_fresh=$(median "${on_all[@]}")
+  SQLITE_FRESH_RATIO=$(median "${on_loop[@]}")
+  row sqlite "**receiver fresh ÷ loop, median of $ROUNDS rounds** (req/s / tps)" "$sqlite_fresh / $sqlite_loop" "$SQLITE_FRESH_RATIO" "—" "ratios: ${on_loop[*]}"
+  if [ "$gc_off" = 1 ]; then
+    GC_RATIO=$(median "${on_off[@]}")
+    row sqlite "**group commit on ÷ off, median** (req/s / req/s)" "$sqlite_fresh / $(median "${off_all[@]}")" "$GC_RATIO" "—" "ratios: ${on_off[*]}"
+    row sqlite "**group commit off ÷ loop, median** (req/s / tps)" "$(median "${off_all[@]}") / $sqlite_loop" "$(median "${off_loop[@]}")" "—" "ratios: ${off_loop[*]}"
+  fi
+
   start_server "$sqlite_url" "$port"
-  r=$(loadgen sqlite-fresh "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY"); record sqlite "receiver fresh" "$r"
-  r=$(loadgen sqlite-replay "$sqlite_url" "$port" replay --concurrency "$CONCURRENCY"); record sqlite "receiver replay" "$r"
-  r=$(loadgen sqlite-storm "$sqlite_url" "$port" storm --concurrency "$STORM_COPIES"); record sqlite "receiver storm ×$STORM_COPIES" "$r"
-  r=$(loadgen sqlite-mixed "$sqlite_url" "$port" mixed --concurrency "$CONCURRENCY"); record sqlite "receiver mixed 70/25/5" "$r"
-  row sqlite "receiver peak RSS (VmHWM, MiB)" "$(peak_rss_mib)" "—" "—" ""
-  stop_server
+  r=$(loadgen sqlite-replay "$sqlite_url" "$port" replay --concurrency "$CONCURRENCY")
+  sqlite_replay=$(echo "$r" | field rps)
+  record sqlite "receiver replay" "$r" "${NGINX_RPS:+$(ratio "$sqlite_replay" "$NGINX_RPS") ÷ nginx (median)}"
+  storm_mixed_rss sqlite sqlite "$sqlite_url"
+  STORM_SQLITE=$STORM_CHECK RSS_SQLITE=$RSS
+  at_warn sqlite sqlite "$sqlite_url" loop "$sqlite_loop" "$sqlite_fresh" "$sqlite_replay"
 fi
 
 # --- queued mode: the acknowledgement, then the drain ----------------------
@@ -302,8 +552,6 @@ provider = \"standard-webhooks\"
 secrets = [\"$SECRET\"]
 mode = \"queued\""
 qrow() { printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$@" >>"$QUEUE_RESULTS"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-lat() { printf '%s / %s / %s' "$(echo "$1" | field p50_ms)" "$(echo "$1" | field p99_ms)" "$(echo "$1" | field max_ms)"; }
 pg() { psql -tA -v ON_ERROR_STOP=1 "$URL" -c "$1"; }
 
 queue_ack() { # backend database_url
@@ -327,14 +575,14 @@ queue_ack() { # backend database_url
     "$(median "${queued[@]}") / $(median "${inline[@]}")" "$(median "${rps_ratios[@]}")" "—" \
     "$(median "${p99_ratios[@]}")" "req/s ratios: ${rps_ratios[*]}; p99 ratios: ${p99_ratios[*]}"
   stop_server
-  SERVER_TOP= SERVER_ENDPOINTS=
+  SERVER_TOP='' SERVER_ENDPOINTS=''
 }
 
 start_drainers() { # processes
   local i
   SERVER_TOP=${QUEUE_WORKERS:+queue_workers = $QUEUE_WORKERS} SERVER_ENDPOINTS=$QUEUED_ENDPOINT
   write_config "$WORK/drain.toml"
-  SERVER_TOP= SERVER_ENDPOINTS=
+  SERVER_TOP='' SERVER_ENDPOINTS=''
   for i in $(seq 1 "$1"); do
     IR_LISTEN=127.0.0.1:$((port + i)) DATABASE_URL=$URL IR_DATA_DIR=$WORK/data RUST_LOG=warn \
       "$BIN" --config "$WORK/drain.toml" serve 2>>"$WORK/server.log" &
@@ -400,7 +648,7 @@ if [ "$QUEUE" != 0 ]; then
   "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint bench-queued --secret "$SECRET" --scenario fresh \
     --concurrency "$CONCURRENCY" --duration 100000 --requests "$backlog" --label backlog >/dev/null
   stop_server
-  SERVER_TOP= SERVER_ENDPOINTS=
+  SERVER_TOP='' SERVER_ENDPOINTS=''
   drain "$DRAIN_PROCESSES" "$one"
   if [ "$SQLITE" = 1 ]; then
     say "queued mode: acknowledgement on SQLite"
@@ -530,7 +778,7 @@ $publisher"
       "p99 ÷ record-only $p99_ratio; bodies $(echo "$r_o" | field bodies_identical); $(echo "$r_o" | field statuses)"
   done
   stop_server
-  SERVER_TOP= SERVER_ENDPOINTS=
+  SERVER_TOP='' SERVER_ENDPOINTS=''
   local completed rows pending check
   completed=$(oq "$backend" "$url" "SELECT count(*) FROM deliveries WHERE endpoint = '$ep_out' AND status = 'completed'")
   read -r rows pending < <(oq "$backend" "$url" "SELECT count(DISTINCT delivery_id), sum(CASE WHEN state = 'pending' THEN 1 ELSE 0 END) FROM outbox WHERE endpoint = '$ep_out'" | tr '|' ' ')
@@ -612,18 +860,46 @@ if [ "$OUTBOX" != 0 ]; then
   fi
 fi
 
+# --- issue #15's targets, with this run's figures ---------------------------
+if [ -z "$ONLY" ]; then
+  target "PostgreSQL fresh ≥ 0.8 × pgbench of the minimal transaction" "${PG_FRESH_RATIO:-—} × (median of $ROUNDS rounds)" "$(verdict "$PG_FRESH_RATIO" ">=" 0.8)"
+  if [ "$SQLITE" = 1 ]; then
+    target "SQLite fresh ≥ 1.5 × the one-commit-per-delivery loop" "${SQLITE_FRESH_RATIO:-—} × (median of $ROUNDS rounds)${GC_RATIO:+; group commit on ÷ off $GC_RATIO ×}" "$(verdict "$SQLITE_FRESH_RATIO" ">=" 1.5)"
+  else
+    target "SQLite fresh ≥ 1.5 × the one-commit-per-delivery loop" "— (SQLITE=0)" "not measured"
+  fi
+  target "replay ≥ 0.8 × the fixed-answer HTTP floor (nginx)" "${REPLAY_RATIO:-—} × on PostgreSQL (median of $ROUNDS rounds)" "$(verdict "$REPLAY_RATIO" ">=" 0.8)"
+  storm_ok=1 storm_fig=
+  for s in "postgres:$STORM_PG" "sqlite:$STORM_SQLITE"; do
+    [ -n "${s#*:}" ] || continue
+    read -r ok rest <<<"${s#*:}"
+    [ "$ok" = 1 ] || storm_ok=0
+    storm_fig="$storm_fig${storm_fig:+; }${s%%:*}: $rest"
+  done
+  if [ "$SQLITE" != 1 ]; then storm_fig="$storm_fig (SQLite not run)"; fi
+  if [ "$storm_ok" = 1 ]; then storm_verdict=met; else storm_verdict="**missed**"; fi
+  target "storm ×$STORM_COPIES: exactly one effect, p99 < 50 ms (both backends)" "$storm_fig" "$storm_verdict"
+  rss_max=$(printf '%s\n' "$RSS_PG" "${RSS_SQLITE:-0}" | sort -g | tail -n 1)
+  target "peak RSS < 64 MiB" "$RSS_PG MiB on PostgreSQL${RSS_SQLITE:+, $RSS_SQLITE MiB on SQLite}" "$(verdict "$rss_max" "<" 64)"
+  if [ "$GROWTH_ROWS" -gt 0 ]; then
+    target "fresh with 5 M rows ≥ 0.9 × empty" "$GROWTH_RATIO × with $GROWTH_ROWS rows (medians of $ROUNDS rounds)" "$(verdict "$GROWTH_RATIO" ">=" 0.9)"
+  else
+    target "fresh with 5 M rows ≥ 0.9 × empty" "— (GROWTH_ROWS=0; run with GROWTH_ROWS=5000000)" "not measured"
+  fi
+fi
+
 echo
-echo "$(nproc) cores; load during the run: $(uptime | sed 's/.*load average/load average/'); concurrency $CONCURRENCY; ${DURATION}s per run"
+echo "$(nproc) cores; load during the run: $(uptime | sed 's/.*load average/load average/'); concurrency $CONCURRENCY; ${DURATION}s per run; $ROUNDS round(s)"
 if [ -s "$RESULTS" ]; then
   echo
-  echo "| backend | what | req/s (tps) | ÷ pgbench | p50 / p99 / max ms | checks; statuses |"
+  echo "| backend | what | req/s (tps) | ratio | p50 / p99 / max ms | checks; statuses |"
   echo "|---|---|---|---|---|---|"
   cat "$RESULTS"
 fi
 echo
-echo "Where the CPU went (share of both cores; \"database + rest\" is PostgreSQL and anything else that ran):"
+echo "Where the CPU went (share of both cores; \"server\" is the receiver, or nginx's master and workers in nginx's runs; \"database + rest\" is PostgreSQL and anything else that ran):"
 echo
-echo "| run | database + rest | receiver | client | idle |"
+echo "| run | database + rest | server | client | idle |"
 echo "|---|---|---|---|---|"
 cat "$CPU"
 if [ "$QUEUE" != 0 ]; then
@@ -641,4 +917,16 @@ if [ "$OUTBOX" != 0 ]; then
   echo "| backend | broker | what | req/s (rows/s, msgs/s) | ÷ record-only (÷ baseline) | p50 / p99 / max ms | checks |"
   echo "|---|---|---|---|---|---|---|"
   cat "$OUTBOX_RESULTS"
+fi
+if [ -s "$TARGETS" ]; then
+  echo
+  echo "Targets (issue #15), this run:"
+  echo
+  echo "| target | this run | |"
+  echo "|---|---|---|"
+  cat "$TARGETS"
+fi
+if [ -s "$NOTES" ]; then
+  echo
+  cat "$NOTES"
 fi

@@ -20,7 +20,7 @@ pub use outcome::{EngineError, Operation, OperationError, Outcome};
 pub use queue::{Job, JobOutcome, RetryPolicy};
 
 use crate::store::{
-    Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,
+    Backend, Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,
 };
 use chrono::{NaiveDateTime, TimeDelta};
 use claim::Purpose;
@@ -104,6 +104,41 @@ enum Verdict {
     Stale,
     /// A completed key older than the retention: forgotten, claimable anew.
     Expired,
+}
+
+/// A claim about to be tried: the row it inserts, with the lease owner and
+/// the "now" it was made at.
+struct ClaimRow<'r> {
+    request: &'r ClaimRequest,
+    owner: String,
+    now: NaiveDateTime,
+    lease_until: NaiveDateTime,
+}
+
+impl ClaimRow<'_> {
+    fn row(&self) -> NewClaim<'_> {
+        let request = self.request;
+        NewClaim {
+            endpoint: &request.scope,
+            delivery_id: &request.key,
+            request_hash: &request.fingerprint,
+            status: crate::store::IN_PROGRESS,
+            event_type: request.event_type.as_deref(),
+            attempts: 1,
+            lease_owner: Some(&self.owner),
+            lease_expires_at: Some(self.lease_until),
+            received_at: self.now,
+            body_key: request.body_key.as_deref(),
+            request_body: request.payload.as_deref(),
+        }
+    }
+}
+
+/// How far a pass got before the claim's outcome is known: answered
+/// without a claim, or a transaction with the claim's insert done in it.
+enum Begun {
+    Answered(Claim),
+    Claimed(Result<(Transaction, bool), StoreError>),
 }
 
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -316,29 +351,28 @@ impl Engine {
         if let Some(answer) = self.cached(request) {
             return Ok(answer);
         }
-
-        // A plain read can answer a replay without taking a write lock.
-        // Anything else goes to the atomic claim below, on the same
-        // connection: this read never decides to run anything.
-        let mut conn = self.store().conn().await?;
-        if let Some(row) = lookup(&mut conn, request).await? {
-            match self.judge(&row, request, self.now())? {
-                Verdict::Replay(stored) => return Ok(Outcome::Replayed(stored)),
-                Verdict::Mismatch => return Ok(Outcome::Mismatch),
-                Verdict::Busy(retry_after) => return Ok(Outcome::InProgress { retry_after }),
-                Verdict::Stale | Verdict::Expired => {}
+        let conn = self.store().conn().await?;
+        let claim = self.new_claim(request);
+        let begun = if self.store().backend() == Backend::Sqlite {
+            self.read_then_begin(conn, request, &claim).await?
+        } else {
+            // On PostgreSQL the claim goes first, in one flight with
+            // `BEGIN`: a read before it would be one more round trip for
+            // every fresh delivery, and for a repeat the cache missed the
+            // claim's conflict reads the row anyway.
+            Begun::Claimed(self.store().begin_claim(conn, &claim.row()).await)
+        };
+        let (mut tx, inserted) = match begun {
+            Begun::Answered(answer) => return Ok(answer),
+            Begun::Claimed(Ok(claimed)) => claimed,
+            Begun::Claimed(Err(StoreError::LockTimeout)) => {
+                return Ok(Outcome::InProgress {
+                    retry_after: Duration::from_secs(1),
+                });
             }
-        }
-
-        let mut tx = self.store().begin_on(conn).await?;
-        // On SQLite the transaction may have queued behind a duplicate's:
-        // if that one's answer is known by now, the claim is not needed.
-        if let Some(answer) = self.cached(request) {
-            // A cached answer was durable before it was cached.
-            let _ = claim::end(tx).await;
-            return Ok(answer);
-        }
-        let outcome = match self.claim_in(tx.conn(), request).await {
+            Begun::Claimed(Err(e)) => return Err(e.into()),
+        };
+        let outcome = match self.claim_in(tx.conn(), request, &claim, inserted).await {
             Ok(outcome) => outcome,
             Err(EngineError::Store(StoreError::LockTimeout)) => Outcome::InProgress {
                 retry_after: Duration::from_secs(1),
@@ -357,6 +391,44 @@ impl Engine {
                 Ok(answer)
             }
         }
+    }
+
+    /// SQLite's way in: a plain read first, since a claim queues at the
+    /// process's write gate and a repeat the cache missed need not (the read
+    /// never decides to run anything); then the transaction, and the claim.
+    async fn read_then_begin(
+        &self,
+        mut conn: DbConn,
+        request: &ClaimRequest,
+        claim: &ClaimRow<'_>,
+    ) -> Result<Begun, EngineError> {
+        if let Some(row) = lookup(&mut conn, request).await? {
+            match self.judge(&row, request, self.now())? {
+                Verdict::Replay(stored) => return Ok(Begun::Answered(Outcome::Replayed(stored))),
+                Verdict::Mismatch => return Ok(Begun::Answered(Outcome::Mismatch)),
+                Verdict::Busy(retry_after) => {
+                    return Ok(Begun::Answered(Outcome::InProgress { retry_after }));
+                }
+                Verdict::Stale | Verdict::Expired => {}
+            }
+        }
+        let mut tx = self.store().begin_on(conn).await?;
+        // The transaction may have queued behind a duplicate's: if that
+        // one's answer is known by now, the claim is not needed.
+        if let Some(answer) = self.cached(request) {
+            // A cached answer was durable before it was cached.
+            let _ = claim::end(tx).await;
+            return Ok(Begun::Answered(answer));
+        }
+        Ok(Begun::Claimed(
+            match tx.conn().insert_claim(&claim.row()).await {
+                Ok(inserted) => Ok((tx, inserted)),
+                Err(e) => {
+                    let _ = claim::end(tx).await;
+                    Err(e)
+                }
+            },
+        ))
     }
 
     /// The claim `won` on `tx`, for the caller to run under.
@@ -422,28 +494,30 @@ impl Engine {
         format!("{}/{}", self.inner.instance, uuid::Uuid::new_v4().simple())
     }
 
-    /// The atomic claim: insert, or else find out what the existing row
-    /// means. [`Outcome::InProgress`] means busy at this instant.
+    /// The claim row for `request`, owned by a new lease owner, as of now.
+    fn new_claim<'r>(&self, request: &'r ClaimRequest) -> ClaimRow<'r> {
+        let now = self.now();
+        ClaimRow {
+            request,
+            owner: self.new_owner(),
+            now,
+            lease_until: now + to_delta(self.inner.options.lease),
+        }
+    }
+
+    /// After the atomic claim's insert (`inserted`: whether it created the
+    /// row): the key is won, or else find out what the existing row means.
+    /// [`Outcome::InProgress`] means busy at this instant.
     async fn claim_in(
         &self,
         conn: &mut DbConn,
         request: &ClaimRequest,
+        claim_row: &ClaimRow<'_>,
+        inserted: bool,
     ) -> Result<Outcome<Won>, EngineError> {
-        let now = self.now();
-        let owner = self.new_owner();
-        let claim = NewClaim {
-            endpoint: &request.scope,
-            delivery_id: &request.key,
-            request_hash: &request.fingerprint,
-            status: crate::store::IN_PROGRESS,
-            event_type: request.event_type.as_deref(),
-            attempts: 1,
-            lease_owner: Some(&owner),
-            lease_expires_at: Some(now + to_delta(self.inner.options.lease)),
-            received_at: now,
-            body_key: request.body_key.as_deref(),
-            request_body: request.payload.as_deref(),
-        };
+        let now = claim_row.now;
+        let owner = &claim_row.owner;
+        let claim = claim_row.row();
         let won = |taken_over, attempt, delivery_id: &str, received_at| {
             Outcome::Fresh(Won {
                 claimed: Claimed {
@@ -459,7 +533,7 @@ impl Engine {
         let again = Outcome::InProgress {
             retry_after: Duration::ZERO,
         };
-        if conn.insert_claim(&claim).await? {
+        if inserted {
             return Ok(won(false, 1, &request.key, now));
         }
         let Some(row) = lookup(conn, request).await? else {

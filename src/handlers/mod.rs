@@ -10,8 +10,9 @@ pub use payments::Payments;
 pub use publish::Publish;
 pub use record::Record;
 
-use crate::store::DbConn;
+use crate::store::{DbConn, Flight};
 use chrono::NaiveDateTime;
+use futures_util::future::LocalBoxFuture;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,6 +60,24 @@ pub trait Handler: Send + Sync + 'static {
     /// Whether this handler acts outside the database.
     fn external(&self) -> bool {
         false
+    }
+
+    /// `handle`, written so that its statements can travel in one flight
+    /// with those of the handlers beside it (PostgreSQL pipelining; see
+    /// [`Flight`]): the same effect, the same answer. Consecutive handlers
+    /// that return `Some` here are polled together and their statements sent
+    /// without waiting for each other's answers, so they must not depend on
+    /// each other's writes: a statement the connection has not prepared yet
+    /// costs a `Parse` round trip first and may run after one sent later. A
+    /// handler that returns `None` (the default) runs alone through `handle`,
+    /// after the flight before it has landed. Errors are reported in the
+    /// configured order, as if the handlers had run one after another.
+    fn handle_in_flight<'a>(
+        &'a self,
+        _event: &'a Event,
+        _flight: Flight<'a>,
+    ) -> Option<LocalBoxFuture<'a, Result<Option<Value>, HandlerError>>> {
+        None
     }
 
     /// The work outside the database (only for [`Handler::external`]).

@@ -1,9 +1,15 @@
 use super::{Event, Handler, HandlerError};
 use crate::store::schema::events;
-use crate::store::{DbConn, Prepared};
+use crate::store::{DbConn, Flight, Prepared};
 use crate::with_conn;
+use diesel::ExpressionMethods;
+use diesel::pg::Pg;
+use diesel::query_builder::QueryFragment;
+use diesel::sqlite::Sqlite;
 use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
 
 /// Records every verified event (type and payload), so that operators can see
@@ -19,34 +25,52 @@ impl Handler for Record {
     ) -> Result<Option<Value>, HandlerError> {
         // The body was verified and parsed as JSON, so it is UTF-8.
         let payload = String::from_utf8_lossy(&event.raw);
-        let row = (
-            events::endpoint.eq(&event.endpoint),
-            events::delivery_id.eq(&event.delivery_id),
-            events::event_type.eq(event.event_type.as_deref()),
-            events::payload.eq(payload.as_ref()),
-            events::recorded_at.eq(event.received_at),
-        );
-        // A key runs again once its retention has passed (purged or not),
-        // and this table is never purged: the row of that earlier run is
-        // still here. The new run's payload replaces it — it is what was
-        // processed last — instead of failing every retry on the primary key.
-        with_conn!(conn, |c| {
-            Prepared(
-                diesel::insert_into(events::table)
-                    .values(row)
-                    .on_conflict((events::endpoint, events::delivery_id))
-                    .do_update()
-                    .set((
-                        events::event_type.eq(excluded(events::event_type)),
-                        events::payload.eq(excluded(events::payload)),
-                        events::recorded_at.eq(excluded(events::recorded_at)),
-                    )),
-            )
-            .execute(c)
-            .await
-        })?;
-        Ok(Some(json!({ "recorded": true })))
+        with_conn!(conn, |c| Prepared(upsert(event, &payload)).execute(c).await)?;
+        Ok(Some(recorded()))
+    }
+
+    fn handle_in_flight<'a>(
+        &'a self,
+        event: &'a Event,
+        flight: Flight<'a>,
+    ) -> Option<LocalBoxFuture<'a, Result<Option<Value>, HandlerError>>> {
+        Some(
+            async move {
+                let payload = String::from_utf8_lossy(&event.raw);
+                flight.execute(Prepared(upsert(event, &payload))).await?;
+                Ok(Some(recorded()))
+            }
+            .boxed_local(),
+        )
     }
 }
 
-use diesel::ExpressionMethods;
+fn recorded() -> Value {
+    json!({ "recorded": true })
+}
+
+/// The event's row. A key runs again once its retention has passed (purged
+/// or not), and this table is never purged: the row of that earlier run is
+/// still here. The new run's payload replaces it — it is what was processed
+/// last — instead of failing every retry on the primary key.
+fn upsert<'a>(
+    event: &'a Event,
+    payload: &'a str,
+) -> impl QueryFragment<Pg> + QueryFragment<Sqlite> + Send + 'a {
+    let row = (
+        events::endpoint.eq(&event.endpoint),
+        events::delivery_id.eq(&event.delivery_id),
+        events::event_type.eq(event.event_type.as_deref()),
+        events::payload.eq(payload),
+        events::recorded_at.eq(event.received_at),
+    );
+    diesel::insert_into(events::table)
+        .values(row)
+        .on_conflict((events::endpoint, events::delivery_id))
+        .do_update()
+        .set((
+            events::event_type.eq(excluded(events::event_type)),
+            events::payload.eq(excluded(events::payload)),
+            events::recorded_at.eq(excluded(events::recorded_at)),
+        ))
+}

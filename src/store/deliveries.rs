@@ -122,21 +122,26 @@ pub struct Claimed {
     pub taken_over: bool,
 }
 
+/// The atomic claim's statement, for [`DbConn::insert_claim`] and the
+/// pipelined `BEGIN` + claim of `store::pipeline`.
+pub(super) fn claim_insert<'a>(
+    claim: &'a NewClaim<'a>,
+) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
++ diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
++ Send
++ 'a {
+    diesel::insert_into(deliveries::table)
+        .values(claim)
+        .on_conflict_do_nothing()
+}
+
 impl DbConn {
     /// `INSERT ... ON CONFLICT DO NOTHING`: true when this call created the
     /// row, false when the key (or, where set, the body key) already exists.
     /// The database decides; there is no read before it. No conflict target
     /// is named, so both unique indexes count.
     pub async fn insert_claim(&mut self, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
-        let inserted = with_conn!(self, |c| {
-            Prepared(
-                diesel::insert_into(deliveries::table)
-                    .values(claim)
-                    .on_conflict_do_nothing(),
-            )
-            .execute(c)
-            .await
-        })?;
+        let inserted = with_conn!(self, |c| Prepared(claim_insert(claim)).execute(c).await)?;
         Ok(inserted == 1)
     }
 

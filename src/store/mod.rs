@@ -11,6 +11,7 @@ mod history;
 mod listing;
 mod migrate;
 pub mod outbox;
+mod pipeline;
 mod pool;
 mod prepared;
 pub mod queue;
@@ -31,6 +32,7 @@ pub use history::HistoryEntry;
 pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
 };
+pub use pipeline::Flight;
 pub use pool::{DatabaseUrl, StoreOptions};
 pub use prepared::Prepared;
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
@@ -242,6 +244,12 @@ impl DbConn {
 }
 
 impl Transaction {
+    /// A transaction already begun on `conn`, outside the write gate
+    /// (PostgreSQL has none).
+    fn on(conn: DbConn) -> Transaction {
+        Transaction(Inner::Alone { conn, _gate: None })
+    }
+
     pub fn conn(&mut self) -> &mut DbConn {
         match &mut self.0 {
             Inner::Alone { conn, .. } => conn,

@@ -49,6 +49,24 @@ impl RunHandlers {
             .insert(handler.to_owned(), effect);
     }
 
+    /// Puts a handler's effect into `effects`, or turns its error into the
+    /// operation's.
+    fn absorb(
+        &self,
+        effects: &mut Map<String, Value>,
+        name: &str,
+        result: Result<Option<Value>, HandlerError>,
+    ) -> Result<(), OperationError> {
+        match result {
+            Ok(Some(effect)) => {
+                effects.insert(name.to_owned(), effect);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(error) => Err(self.failure(name, error)),
+        }
+    }
+
     fn failure(&self, handler: &str, error: HandlerError) -> OperationError {
         match error {
             HandlerError::Rejected(detail) => {
@@ -99,13 +117,41 @@ impl Operation for RunHandlers {
         claim: &Claimed,
     ) -> Result<StoredResponse, OperationError> {
         let mut effects = self.external.borrow().clone();
-        for (name, handler) in self.endpoint.handlers.iter().filter(|(_, h)| !h.external()) {
-            match handler.handle(&self.event, conn).await {
-                Ok(Some(effect)) => {
-                    effects.insert(name.clone(), effect);
+        let handlers: Vec<_> = self
+            .endpoint
+            .handlers
+            .iter()
+            .filter(|(_, h)| !h.external())
+            .collect();
+        let mut next = 0;
+        while let Some((name, handler)) = handlers.get(next) {
+            // Consecutive handlers that can share a flight send their
+            // statements together (PostgreSQL); the rest run one by one.
+            let landed = match conn.flight() {
+                Some(flight) => {
+                    let flown: Vec<_> = handlers[next..]
+                        .iter()
+                        .map_while(|(name, h)| {
+                            Some((name.as_str(), h.handle_in_flight(&self.event, flight)?))
+                        })
+                        .collect();
+                    let (names, futures): (Vec<_>, Vec<_>) = flown.into_iter().unzip();
+                    let results = futures_util::future::join_all(futures).await;
+                    names.into_iter().zip(results).collect()
                 }
-                Ok(None) => {}
-                Err(error) => return Err(self.failure(name, error)),
+                None => Vec::new(),
+            };
+            if landed.is_empty() {
+                let result = handler.handle(&self.event, conn).await;
+                self.absorb(&mut effects, name, result)?;
+                next += 1;
+                continue;
+            }
+            next += landed.len();
+            // In configured order: the first failure is the one reported,
+            // as if the handlers had run one after another.
+            for (name, result) in landed {
+                self.absorb(&mut effects, name, result)?;
             }
         }
         let body = json!({

@@ -175,11 +175,32 @@ async fn the_bench_scripts_are_the_statements_diesel_sends_for_a_fresh_delivery_
         sent,
         "bench/fresh.sql no longer matches what a fresh delivery sends"
     );
+    // A repeat that the replay cache misses (another instance's, or one
+    // this process has forgotten) meets the claim's conflict, then reads
+    // the row: bench/replay.sql is that read.
+    app.store.replay_cache().clear();
+    SEEN.lock().expect("the recorded statements").clear();
+    RECORDING.store(true, Ordering::Relaxed);
+    let repeat = app.deliver(&id, &payment(&format!("pay_{id}"), 4200)).await;
+    RECORDING.store(false, Ordering::Relaxed);
+    assert_eq!(repeat.status(), 200);
+    let repeated: Vec<String> = SEEN
+        .lock()
+        .expect("the recorded statements")
+        .iter()
+        .filter(|statement| statement.contains(&format!("\"{id}\"")))
+        .map(|statement| shape(statement))
+        .collect();
+    assert_eq!(
+        repeated.first(),
+        sent.first(),
+        "a repeat starts with the claim"
+    );
     let replay = script(&read("replay.sql"));
     assert_eq!(replay.len(), 1, "{replay:?}");
     assert_eq!(
         replay.first(),
-        sent.first(),
-        "bench/replay.sql is not the lookup a replay starts with"
+        repeated.get(1),
+        "bench/replay.sql is not the read after a repeat's conflicting claim"
     );
 }

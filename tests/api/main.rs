@@ -35,6 +35,7 @@ mod outage;
 mod outbox;
 mod outbox_brokers;
 mod payment_requests;
+mod pipeline;
 mod provider_properties;
 mod provider_vectors;
 mod providers;

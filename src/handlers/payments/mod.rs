@@ -1,9 +1,11 @@
 use super::{Event, Handler, HandlerError};
-use crate::store::DbConn;
 use crate::store::schema::ledger_entries;
+use crate::store::{DbConn, Flight};
 use crate::with_conn;
 use diesel::ExpressionMethods;
 use diesel_async::RunQueryDsl;
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
 use std::borrow::Cow;
 
@@ -92,36 +94,76 @@ impl Handler for Payments {
         event: &Event,
         conn: &mut DbConn,
     ) -> Result<Option<Value>, HandlerError> {
-        // A newer event for the same object was already applied: booking
-        // this one now would undo or double what followed it.
-        if event.stale {
-            return Ok(Some(json!({ "skipped": "stale" })));
-        }
-        let Some(shape) = event
-            .event_type
-            .as_deref()
-            .and_then(|t| shape_of(event.provider, t, &event.payload))
-        else {
-            return Ok(None);
+        let m = match booked(event)? {
+            Booking::Skip(answer) => return Ok(answer),
+            Booking::Book(m) => m,
         };
-        let m = movement(shape, &event.payload)?;
-        let row = (
-            ledger_entries::endpoint.eq(&event.endpoint),
-            ledger_entries::delivery_id.eq(&event.delivery_id),
-            ledger_entries::kind.eq(m.kind),
-            ledger_entries::payment_id.eq(m.payment_id.as_ref()),
-            ledger_entries::order_id.eq(m.order_id.as_deref()),
-            ledger_entries::amount.eq(m.amount),
-            ledger_entries::currency.eq(&m.currency),
-            ledger_entries::created_at.eq(event.received_at),
-        );
-        let id: i64 = with_conn!(conn, |c| {
-            diesel::insert_into(ledger_entries::table)
-                .values(row)
-                .returning(ledger_entries::id)
-                .get_result(c)
-                .await
-        })?;
-        Ok(Some(json!({ "ledger_entry_id": id, "kind": m.kind })))
+        let id: i64 = with_conn!(conn, |c| ledger_insert!(event, m).get_result(c).await)?;
+        Ok(Some(entry(id, &m)))
     }
+
+    fn handle_in_flight<'a>(
+        &'a self,
+        event: &'a Event,
+        flight: Flight<'a>,
+    ) -> Option<LocalBoxFuture<'a, Result<Option<Value>, HandlerError>>> {
+        Some(
+            async move {
+                let m = match booked(event)? {
+                    Booking::Skip(answer) => return Ok(answer),
+                    Booking::Book(m) => m,
+                };
+                let id: i64 = flight.get_result(ledger_insert!(event, m)).await?;
+                Ok(Some(entry(id, &m)))
+            }
+            .boxed_local(),
+        )
+    }
+}
+
+/// What an event means for the ledger: a movement to book, or an answer
+/// without one.
+enum Booking<'a> {
+    Skip(Option<Value>),
+    Book(Movement<'a>),
+}
+
+fn booked(event: &Event) -> Result<Booking<'_>, HandlerError> {
+    // A newer event for the same object was already applied: booking
+    // this one now would undo or double what followed it.
+    if event.stale {
+        return Ok(Booking::Skip(Some(json!({ "skipped": "stale" }))));
+    }
+    let Some(shape) = event
+        .event_type
+        .as_deref()
+        .and_then(|t| shape_of(event.provider, t, &event.payload))
+    else {
+        return Ok(Booking::Skip(None));
+    };
+    Ok(Booking::Book(movement(shape, &event.payload)?))
+}
+
+/// The movement's ledger row, returning its id: a macro rather than a
+/// function, so that each caller gets it typed for its own connection.
+macro_rules! ledger_insert {
+    ($event:expr, $m:expr) => {
+        diesel::insert_into(ledger_entries::table)
+            .values((
+                ledger_entries::endpoint.eq(&$event.endpoint),
+                ledger_entries::delivery_id.eq(&$event.delivery_id),
+                ledger_entries::kind.eq($m.kind),
+                ledger_entries::payment_id.eq($m.payment_id.as_ref()),
+                ledger_entries::order_id.eq($m.order_id.as_deref()),
+                ledger_entries::amount.eq($m.amount),
+                ledger_entries::currency.eq(&$m.currency),
+                ledger_entries::created_at.eq($event.received_at),
+            ))
+            .returning(ledger_entries::id)
+    };
+}
+use ledger_insert;
+
+fn entry(id: i64, m: &Movement<'_>) -> Value {
+    json!({ "ledger_entry_id": id, "kind": m.kind })
 }

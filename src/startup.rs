@@ -14,7 +14,7 @@ use crate::maintenance::{
 use crate::payments;
 use crate::problem;
 use crate::publishers::PublisherSettings;
-use crate::store::{ReplayCacheOptions, Store, StoreError, StoreOptions};
+use crate::store::{GroupCommitMetrics, ReplayCacheOptions, Store, StoreError, StoreOptions};
 use crate::telemetry::{self, request_id::RequestIds};
 use crate::webhooks::{Endpoint, Webhooks};
 use actix_web::dev::Server;
@@ -62,6 +62,11 @@ pub fn store_options(settings: &Settings) -> StoreOptions {
     StoreOptions {
         pool_size: settings.pool_size,
         lock_wait: settings.in_progress_wait,
+        group_commit: settings.group_commit.clone(),
+        group_commit_metrics: GroupCommitMetrics {
+            committed: telemetry::metrics::sqlite_group_committed,
+            rolled_back: telemetry::metrics::sqlite_group_rolled_back,
+        },
         replay_cache: ReplayCacheOptions {
             bytes: settings.replay_cache_bytes,
             ttl: settings.replay_cache_ttl,

@@ -26,7 +26,7 @@ use crate::environment::{Env, process_env};
 use crate::handlers::ForwarderSettings;
 use crate::maintenance::{PurgeSettings, RelaySettings, RetentionPolicy};
 use crate::publishers::PublisherSettings;
-use crate::store::{DatabaseUrl, ReplayCacheOptions, StoreOptions};
+use crate::store::{DatabaseUrl, GroupCommitOptions, ReplayCacheOptions, StoreOptions};
 use crate::telemetry::metrics::MetricsSettings;
 use crate::webhooks::EndpointSettings;
 use error::Source;
@@ -55,6 +55,10 @@ pub struct Settings {
     pub lease: Duration,
     pub in_progress_wait: Duration,
     pub pool_size: usize,
+    /// SQLite's group commit: `sqlite_group_commit`,
+    /// `sqlite_group_commit_max` (members per COMMIT) and
+    /// `sqlite_group_commit_wait` (how long a group stays open).
+    pub group_commit: GroupCommitOptions,
     /// The in-process cache of completed keys: its byte budget (0: off)...
     pub replay_cache_bytes: u64,
     /// ...and how long an entry may be served before it is read again.
@@ -102,6 +106,9 @@ struct RawSettings {
     lease: Option<String>,
     in_progress_wait: Option<String>,
     pool_size: Option<usize>,
+    sqlite_group_commit: Option<bool>,
+    sqlite_group_commit_max: Option<usize>,
+    sqlite_group_commit_wait: Option<String>,
     replay_cache_bytes: Option<u64>,
     replay_cache_ttl: Option<String>,
     replay_count_interval: Option<String>,
@@ -130,6 +137,25 @@ struct RawSettings {
     admin_listen: Option<String>,
     admin_login: Option<RawLoginLimits>,
     metrics_token: Option<String>,
+}
+
+/// `sqlite_group_commit`, `sqlite_group_commit_max` and
+/// `sqlite_group_commit_wait`.
+fn group_commit(raw: &RawSettings, source: Source<'_>) -> Result<GroupCommitOptions, ConfigError> {
+    let defaults = GroupCommitOptions::default();
+    let options = GroupCommitOptions {
+        enabled: raw.sqlite_group_commit.unwrap_or(defaults.enabled),
+        max_members: raw.sqlite_group_commit_max.unwrap_or(defaults.max_members),
+        max_wait: source.duration(
+            "sqlite_group_commit_wait",
+            raw.sqlite_group_commit_wait.as_ref(),
+            defaults.max_wait,
+        )?,
+    };
+    if options.max_members == 0 || options.max_members > 10_000 {
+        return Err(source.invalid("sqlite_group_commit_max", "expected 1 to 10000"));
+    }
+    Ok(options)
 }
 
 /// `outbox_relay`, `outbox_poll`, `outbox_lease` and `outbox_batch`.
@@ -190,6 +216,7 @@ impl Settings {
         let replay_cache = ReplayCacheOptions::default();
 
         let relay = relay(&raw, source)?;
+        let group_commit = group_commit(&raw, source)?;
         let data_dir = env("IR_DATA_DIR")
             .map(PathBuf::from)
             .or(raw.data_dir)
@@ -281,6 +308,7 @@ impl Settings {
                 engine.in_progress_wait,
             )?,
             pool_size: raw.pool_size.unwrap_or(store.pool_size),
+            group_commit,
             replay_cache_bytes: raw.replay_cache_bytes.unwrap_or(replay_cache.bytes),
             replay_cache_ttl: source.duration(
                 "replay_cache_ttl",

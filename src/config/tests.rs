@@ -253,3 +253,22 @@ fn endpoints_without_their_own_retention_fall_under_the_default() {
         Duration::from_secs(2 * 3600)
     );
 }
+
+#[test]
+fn sqlite_group_commit_is_on_by_default_and_can_be_switched_off_or_bounded() {
+    let defaults = parse("").unwrap();
+    assert_eq!(defaults.group_commit, GroupCommitOptions::default());
+    assert!(defaults.group_commit.enabled);
+
+    let off = parse("sqlite_group_commit = false").unwrap();
+    assert!(!off.group_commit.enabled);
+
+    let bounded = parse("sqlite_group_commit_max = 8\nsqlite_group_commit_wait = \"2ms\"").unwrap();
+    assert_eq!(bounded.group_commit.max_members, 8);
+    assert_eq!(bounded.group_commit.max_wait, Duration::from_millis(2));
+
+    let error = parse("sqlite_group_commit_max = 0")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("sqlite_group_commit_max"), "{error}");
+}

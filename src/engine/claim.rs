@@ -62,7 +62,8 @@ impl Pending {
 
     /// Rolls back this transaction's writes but keeps a committed claim.
     pub async fn into_lease(self) -> Lease {
-        end(self.tx).await;
+        // Only this transaction's writes go; the lease was committed before.
+        let _ = end(self.tx).await;
         self.lease
     }
 
@@ -93,12 +94,13 @@ impl Pending {
                 );
                 Ok(())
             }
+            // These already answer an error, whatever the rollback says.
             Ok(false) => {
-                end(self.tx).await;
+                let _ = end(self.tx).await;
                 Err(EngineError::LeaseLost)
             }
             Err(e) => {
-                end(self.tx).await;
+                let _ = end(self.tx).await;
                 Err(e.into())
             }
         }
@@ -107,7 +109,7 @@ impl Pending {
     /// Rolls back the claim and everything written through it: the key is
     /// free, and the next attempt runs the operation again.
     pub async fn release(self) {
-        end(self.tx).await;
+        let _ = end(self.tx).await;
     }
 }
 
@@ -292,8 +294,15 @@ impl Lease {
 /// Ends a transaction that must not commit. A failed rollback leaves the
 /// connection with an open transaction, which the pool then discards, so the
 /// database rolls back when the connection closes.
-pub(super) async fn end(tx: Transaction) {
-    if let Err(error) = tx.rollback().await {
+///
+/// On SQLite with group commit the rollback also waits for the shared
+/// transaction, and fails if that did not commit: an answer built on what
+/// this transaction read (an earlier member's completed row) must then not
+/// be given. Callers that only discard writes may ignore the error.
+pub(super) async fn end(tx: Transaction) -> Result<(), StoreError> {
+    let ended = tx.rollback().await;
+    if let Err(error) = &ended {
         tracing::warn!(%error, "rollback failed; the connection is discarded");
     }
+    ended
 }

@@ -269,7 +269,7 @@ impl Engine {
         {
             Ok(true) => tx.commit().await?,
             Ok(false) => {
-                claim::end(tx).await;
+                let _ = claim::end(tx).await;
                 let remaining = row
                     .lease_expires_at
                     .and_then(|until| (until - now).to_std().ok())
@@ -279,7 +279,7 @@ impl Engine {
                 });
             }
             Err(e) => {
-                claim::end(tx).await;
+                let _ = claim::end(tx).await;
                 return Err(e.into());
             }
         }
@@ -378,14 +378,16 @@ impl Engine {
                 retry_after: Duration::from_secs(1),
             },
             Err(e) => {
-                claim::end(tx).await;
+                let _ = claim::end(tx).await;
                 return Err(e);
             }
         };
         match outcome.fresh() {
             Ok(won) => Ok(Outcome::Fresh(self.pending(tx, request, won))),
             Err(answer) => {
-                claim::end(tx).await;
+                // The answer may rest on an uncommitted row of an earlier
+                // member of a SQLite commit group: given only once durable.
+                claim::end(tx).await?;
                 Ok(answer)
             }
         }
@@ -414,14 +416,15 @@ impl Engine {
         // The transaction may have queued behind a duplicate's: if that
         // one's answer is known by now, the claim is not needed.
         if let Some(answer) = self.cached(request) {
-            claim::end(tx).await;
+            // A cached answer was durable before it was cached.
+            let _ = claim::end(tx).await;
             return Ok(Begun::Answered(answer));
         }
         Ok(Begun::Claimed(
             match tx.conn().insert_claim(&claim.row()).await {
                 Ok(inserted) => Ok((tx, inserted)),
                 Err(e) => {
-                    claim::end(tx).await;
+                    let _ = claim::end(tx).await;
                     Err(e)
                 }
             },

@@ -6,6 +6,7 @@
 mod deliveries;
 mod error;
 mod expired;
+mod group_commit;
 mod history;
 mod listing;
 mod migrate;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use error::StoreError;
 pub use expired::{ExpiredKey, ExpiredKind, Expiry, Scopes};
+pub use group_commit::{GroupCommitMetrics, GroupCommitOptions};
 pub use history::HistoryEntry;
 pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
@@ -96,13 +98,9 @@ pub struct Store {
 struct Shared {
     url: DatabaseUrl,
     replays: ReplayCache,
-    /// SQLite has one writer at a time. Writers of this process queue here,
-    /// first come first served, instead of polling the file lock through
-    /// SQLite's busy handler, whose sleeps (up to 100 ms each) would be
-    /// most of a storm's latency. Other processes (the CLI) still meet the
-    /// busy handler.
-    write_gate: Option<Arc<tokio::sync::Mutex<()>>>,
-    acquire_timeout: std::time::Duration,
+    /// SQLite's writers queue here (see [`group_commit::WriteGate`]); none
+    /// on PostgreSQL.
+    write_gate: Option<Arc<group_commit::WriteGate>>,
     clock: SharedClock,
 }
 
@@ -133,13 +131,29 @@ impl Store {
     /// [`Transaction::commit`] or [`Transaction::rollback`]; a transaction that
     /// is dropped open takes its connection out of the pool (the pool refuses
     /// connections with an open transaction), so the database rolls it back.
+    ///
+    /// On SQLite with group commit (the default) the transaction is a
+    /// savepoint in a transaction shared with the writers queued with it;
+    /// see [`GroupCommitOptions`].
     pub async fn begin(&self) -> Result<Transaction, StoreError> {
+        let (Pools::Sqlite(pool), Some(write_gate)) = (&self.pools, &self.shared.write_gate) else {
+            let mut conn = self.conn().await?;
+            with_conn!(&mut conn, |c| begin(c).await)?;
+            return Ok(Transaction(Inner::Alone { conn, _gate: None }));
+        };
         // The gate before the connection: a task waiting at the gate then
         // holds no connection that the gate's holder might need.
-        let gate = self.enter_write_gate().await?;
-        let mut conn = self.conn().await?;
+        let gate = write_gate.enter().await?;
+        if write_gate.groups() {
+            let member = write_gate.join(gate, pool).await?;
+            return Ok(Transaction(Inner::Member(member)));
+        }
+        let mut conn = DbConn::Sqlite(pool.get().await?);
         with_conn!(&mut conn, |c| begin(c).await)?;
-        Ok(Transaction { conn, _gate: gate })
+        Ok(Transaction(Inner::Alone {
+            conn,
+            _gate: Some(gate),
+        }))
     }
 
     /// Opens a transaction on `conn`, a connection already checked out for
@@ -152,22 +166,17 @@ impl Store {
             return self.begin().await;
         }
         with_conn!(&mut conn, |c| begin(c).await)?;
-        Ok(Transaction { conn, _gate: None })
+        Ok(Transaction(Inner::Alone { conn, _gate: None }))
     }
 
-    async fn enter_write_gate(
-        &self,
-    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, StoreError> {
-        let Some(gate) = &self.shared.write_gate else {
-            return Ok(None);
-        };
-        match tokio::time::timeout(self.shared.acquire_timeout, gate.clone().lock_owned()).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no SQLite write slot within {:?}",
-                self.shared.acquire_timeout
-            ))),
-        }
+    /// How many writers wait for SQLite's write gate at this instant (0 on
+    /// PostgreSQL, which has none): what a member that is done looks at to
+    /// decide whether to leave its group open for them.
+    pub fn write_gate_waiters(&self) -> usize {
+        self.shared
+            .write_gate
+            .as_ref()
+            .map_or(0, |gate| gate.waiters())
     }
 
     /// The one source of "now" for everything built on this store: leases,
@@ -204,11 +213,18 @@ async fn rollback<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
 
 /// An open database transaction that owns its connection. It is consumed by
 /// the call that ends it, so nothing can write through it afterwards.
-pub struct Transaction {
-    conn: DbConn,
-    /// Dropped after `conn`: the write slot is held until the connection is
-    /// back in the pool.
-    _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
+pub struct Transaction(Inner);
+
+enum Inner {
+    /// A transaction of its own: PostgreSQL, or SQLite without group commit.
+    Alone {
+        conn: DbConn,
+        /// Dropped after `conn`: the write slot is held until the connection
+        /// is back in the pool.
+        _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
+    },
+    /// A savepoint in a SQLite transaction shared with other writers.
+    Member(group_commit::Member),
 }
 
 impl DbConn {
@@ -231,20 +247,48 @@ impl Transaction {
     /// A transaction already begun on `conn`, outside the write gate
     /// (PostgreSQL has none).
     fn on(conn: DbConn) -> Transaction {
-        Transaction { conn, _gate: None }
+        Transaction(Inner::Alone { conn, _gate: None })
     }
 
     pub fn conn(&mut self) -> &mut DbConn {
-        &mut self.conn
+        match &mut self.0 {
+            Inner::Alone { conn, .. } => conn,
+            Inner::Member(member) => member.conn(),
+        }
     }
 
-    pub async fn commit(mut self) -> Result<(), StoreError> {
-        with_conn!(&mut self.conn, |c| commit(c).await)?;
-        Ok(())
+    /// Makes the transaction's writes durable. On SQLite with group commit
+    /// it returns once the shared COMMIT succeeded; if that fails, nothing of
+    /// this transaction was kept.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.end(true).await
     }
 
-    pub async fn rollback(mut self) -> Result<(), StoreError> {
-        with_conn!(&mut self.conn, |c| rollback(c).await)?;
-        Ok(())
+    /// Undoes the transaction's writes. On SQLite with group commit it
+    /// returns once the shared transaction's outcome is known, and fails if
+    /// that did not commit: what this transaction read may have been an
+    /// earlier member's write, which is then gone.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        self.end(false).await
+    }
+
+    async fn end(self, keep: bool) -> Result<(), StoreError> {
+        match self.0 {
+            Inner::Alone {
+                mut conn,
+                _gate: gate,
+            } => {
+                let ended = if keep {
+                    with_conn!(&mut conn, |c| commit(c).await)
+                } else {
+                    with_conn!(&mut conn, |c| rollback(c).await)
+                };
+                // The write slot is held until the connection is back.
+                drop(conn);
+                drop(gate);
+                Ok(ended?)
+            }
+            Inner::Member(member) => member.end(keep).await,
+        }
     }
 }

@@ -1,3 +1,4 @@
+use super::group_commit::{GroupCommitMetrics, GroupCommitOptions, WriteGate};
 use super::{
     DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
@@ -76,6 +77,10 @@ pub struct StoreOptions {
     pub statement_timeout: Duration,
     /// The in-process cache of completed keys.
     pub replay_cache: ReplayCacheOptions,
+    /// How SQLite's writers share their commits (ignored on PostgreSQL)...
+    pub group_commit: GroupCommitOptions,
+    /// ...and where they are reported.
+    pub group_commit_metrics: GroupCommitMetrics,
     /// Where the store, and the engine above it, read "now".
     pub clock: SharedClock,
 }
@@ -89,6 +94,8 @@ impl Default for StoreOptions {
             busy_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
             replay_cache: ReplayCacheOptions::default(),
+            group_commit: GroupCommitOptions::default(),
+            group_commit_metrics: GroupCommitMetrics::default(),
             clock: crate::clock::system(),
         }
     }
@@ -157,8 +164,13 @@ impl Store {
                 Pools::Pg(build_pool(manager, options)?)
             }
         };
-        let write_gate =
-            matches!(pools, Pools::Sqlite(_)).then(|| Arc::new(tokio::sync::Mutex::new(())));
+        let write_gate = matches!(pools, Pools::Sqlite(_)).then(|| {
+            Arc::new(WriteGate::new(
+                options.acquire_timeout,
+                options.group_commit.clone(),
+                options.group_commit_metrics,
+            ))
+        });
         Ok(Store {
             pools,
             shared: Arc::new(Shared {
@@ -166,7 +178,6 @@ impl Store {
                 replays: ReplayCache::new(&options.replay_cache, options.clock.clone()),
                 clock: options.clock.clone(),
                 write_gate,
-                acquire_timeout: options.acquire_timeout,
             }),
         })
     }

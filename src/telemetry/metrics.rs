@@ -40,6 +40,8 @@ pub const PURGE_DELETED_PUBLICATIONS: &str = "ir_purge_deleted_publications_tota
 pub const RECONCILE_OUTCOMES: &str = "ir_reconcile_claims_total";
 pub const CLIENT_KEY_REQUESTS: &str = "ir_client_key_requests_total";
 pub const HTTP_REQUESTS: &str = "ir_http_requests_total";
+pub const SQLITE_GROUP_MEMBERS: &str = "ir_sqlite_commit_group_members";
+pub const SQLITE_GROUPS_ROLLED_BACK: &str = "ir_sqlite_commit_groups_rolled_back_total";
 pub const POOL_MAX_SIZE: &str = "ir_db_pool_max_size";
 pub const POOL_SIZE: &str = "ir_db_pool_size";
 pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
@@ -77,6 +79,12 @@ const LATENCY_BUCKETS: &[f64] = &[
 const COMPLETION_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0,
     259200.0,
+];
+
+/// Buckets of the SQLite commit groups' sizes, in members: 1 is a writer
+/// that committed alone; the default cap is 64.
+const GROUP_MEMBER_BUCKETS: &[f64] = &[
+    1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 128.0, 256.0,
 ];
 
 /// How often histogram samples are folded into their buckets when nobody
@@ -120,6 +128,12 @@ pub fn install() -> PrometheusHandle {
                     builder.set_buckets_for_metric(
                         Matcher::Full(QUEUE_COMPLETION_SECONDS.to_owned()),
                         COMPLETION_BUCKETS,
+                    )
+                })
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full(SQLITE_GROUP_MEMBERS.to_owned()),
+                        GROUP_MEMBER_BUCKETS,
                     )
                 })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
@@ -217,6 +231,14 @@ fn describe() {
     describe_counter!(
         HTTP_REQUESTS,
         "HTTP requests answered, by method, route pattern and status."
+    );
+    describe_histogram!(
+        SQLITE_GROUP_MEMBERS,
+        "Transactions made durable by one SQLite COMMIT (group commit): members per committed group."
+    );
+    describe_counter!(
+        SQLITE_GROUPS_ROLLED_BACK,
+        "SQLite commit groups rolled back as a whole (a failed COMMIT or savepoint, a member dropped mid-transaction); each member answered an error."
     );
     describe_gauge!(POOL_MAX_SIZE, "The database pool's maximum size.");
     describe_gauge!(
@@ -448,6 +470,8 @@ struct Handles {
     endpoints: Made<String, Arc<EndpointHandles>>,
     queues: Made<String, Arc<QueueHandles>>,
     lease_takeovers: Counter,
+    group_members: Histogram,
+    groups_rolled_back: Counter,
     purged_completed: Counter,
     purged_abandoned: Counter,
     reconciled: Made<&'static str, Counter>,
@@ -467,6 +491,8 @@ impl Handles {
             endpoints: Made::default(),
             queues: Made::default(),
             lease_takeovers: ::metrics::counter!(LEASE_TAKEOVERS),
+            group_members: ::metrics::histogram!(SQLITE_GROUP_MEMBERS),
+            groups_rolled_back: ::metrics::counter!(SQLITE_GROUPS_ROLLED_BACK),
             purged_completed: ::metrics::counter!(PURGE_DELETED, "kind" => "completed"),
             purged_abandoned: ::metrics::counter!(PURGE_DELETED, "kind" => "abandoned"),
             reconciled: Made::default(),
@@ -567,6 +593,20 @@ pub fn delivery_failed(endpoint: &str, provider: &'static str, reason: &str, ela
 pub fn lease_taken_over() {
     if let Some(h) = handles() {
         h.lease_takeovers.increment(1);
+    }
+}
+
+/// One SQLite COMMIT made `members` transactions durable.
+pub fn sqlite_group_committed(members: usize) {
+    if let Some(h) = handles() {
+        h.group_members.record(members as f64);
+    }
+}
+
+/// A SQLite commit group was rolled back as a whole.
+pub fn sqlite_group_rolled_back() {
+    if let Some(h) = handles() {
+        h.groups_rolled_back.increment(1);
     }
 }
 

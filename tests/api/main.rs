@@ -27,6 +27,7 @@ mod delivery;
 mod failures;
 mod fixtures;
 mod forward_answer;
+mod group_commit;
 mod leases;
 mod log_injection;
 mod observability;

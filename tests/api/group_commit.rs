@@ -1,0 +1,431 @@
+//! Group commit on SQLite: writers queued at the write gate share one
+//! transaction, each in a savepoint of its own, and one COMMIT. The store
+//! tests drive the grouping step by step (who waits at the gate is read from
+//! the store, never guessed by sleeping); the HTTP tests run on both
+//! backends, and on SQLite hold the first delivery inside the gate until the
+//! others queue behind it, so that they form one group.
+
+use crate::helpers::{Backend, TestApp, now, payment};
+use crate::observability::scrape;
+use crate::test_schema;
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use futures_util::future::join_all;
+use idempotent_receiver::handlers::{Event, Handler, HandlerError};
+use idempotent_receiver::store::schema::{events, ledger_entries};
+use idempotent_receiver::store::{
+    Backend as StoreBackend, DatabaseUrl, DbConn, GroupCommitOptions, Store, StoreOptions,
+    Transaction,
+};
+use idempotent_receiver::with_conn;
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+const GROUP_MEMBERS: &str = "ir_sqlite_commit_group_members";
+
+/// A store over a fresh SQLite file. Groups stay open for a minute, so that
+/// only the waiters decide when a group commits, never the machine's speed.
+async fn sqlite_store(enabled: bool) -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let file = dir.path().join("receiver.db");
+    test_schema::copy_sqlite_template(&file)
+        .await
+        .expect("the migrated SQLite template");
+    let options = StoreOptions {
+        group_commit: GroupCommitOptions {
+            enabled,
+            max_wait: Duration::from_secs(60),
+            ..GroupCommitOptions::default()
+        },
+        ..StoreOptions::default()
+    };
+    let store = Store::connect(&DatabaseUrl::Sqlite(file), &options).expect("a pool");
+    (store, dir)
+}
+
+/// Writes an `events` row named `id` in `tx`.
+async fn write(tx: &mut Transaction, id: &str) {
+    with_conn!(tx.conn(), |c| {
+        diesel::insert_into(events::table)
+            .values((
+                events::endpoint.eq("group"),
+                events::delivery_id.eq(id),
+                events::payload.eq("{}"),
+                events::recorded_at.eq(chrono::Utc::now().naive_utc()),
+            ))
+            .execute(c)
+            .await
+    })
+    .expect("the insert");
+}
+
+/// The `events` rows another connection sees: the committed ones.
+async fn committed(store: &Store) -> Vec<String> {
+    let mut conn = store.conn().await.expect("a connection");
+    with_conn!(&mut conn, |c| {
+        events::table
+            .select(events::delivery_id)
+            .order(events::delivery_id)
+            .load::<String>(c)
+            .await
+    })
+    .expect("the read")
+}
+
+/// Yields until `condition` holds. The bound only turns a hang into a
+/// failure; nothing is timed.
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        while !condition() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never happened: {what}");
+}
+
+/// A member that writes `id`, then holds its transaction until `go`, then
+/// commits or rolls back.
+fn member(
+    store: &Store,
+    id: &'static str,
+    keep: bool,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), String>>,
+) {
+    let (go, wait) = oneshot::channel::<()>();
+    let store = store.clone();
+    let task = tokio::spawn(async move {
+        let mut tx = store.begin().await.map_err(|e| e.to_string())?;
+        write(&mut tx, id).await;
+        let _ = wait.await;
+        let ended = if keep {
+            tx.commit().await
+        } else {
+            tx.rollback().await
+        };
+        ended.map_err(|e| e.to_string())
+    });
+    (go, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_waiting_at_the_gate_share_one_commit_and_a_failing_one_rolls_back_alone() {
+    let (store, _dir) = sqlite_store(true).await;
+    let mut a = store.begin().await.unwrap();
+    write(&mut a, "a").await;
+    let (go_b, b) = member(&store, "b", false);
+    let (go_c, c) = member(&store, "c", true);
+    until("B and C wait at the gate", || {
+        store.write_gate_waiters() == 2
+    })
+    .await;
+
+    // A is done while B and C wait: it leaves the group to them and waits
+    // for the group's COMMIT.
+    let a = tokio::spawn(a.commit());
+    until("A let the gate go to B or C", || {
+        store.write_gate_waiters() == 1
+    })
+    .await;
+    assert!(!a.is_finished(), "A's commit returned before the group's");
+    assert!(
+        committed(&store).await.is_empty(),
+        "nothing is durable before the group commits"
+    );
+
+    let _ = go_b.send(());
+    let _ = go_c.send(());
+    assert_eq!(b.await.unwrap(), Ok(()), "B rolled back its own writes");
+    assert_eq!(c.await.unwrap(), Ok(()));
+    assert!(a.await.unwrap().is_ok());
+    assert_eq!(committed(&store).await, ["a", "c"]);
+
+    // The gate and the pool are free again.
+    let mut d = store.begin().await.unwrap();
+    write(&mut d, "d").await;
+    d.commit().await.unwrap();
+    assert_eq!(committed(&store).await, ["a", "c", "d"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_dropped_mid_transaction_fails_its_whole_group_and_nothing_commits() {
+    let (store, _dir) = sqlite_store(true).await;
+    let mut a = store.begin().await.unwrap();
+    write(&mut a, "a").await;
+    let (go_b, b) = oneshot::channel::<()>();
+    let dropped = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let mut tx = store.begin().await.unwrap();
+            write(&mut tx, "b").await;
+            let _ = b.await;
+            // As a panic or a cancelled request would: the transaction is
+            // dropped open, holding the group's connection.
+            drop(tx);
+        }
+    });
+    until("B waits at the gate", || store.write_gate_waiters() == 1).await;
+    let a = tokio::spawn(a.commit());
+    until("B holds the gate", || store.write_gate_waiters() == 0).await;
+    let _ = go_b.send(());
+    dropped.await.unwrap();
+
+    let error = a.await.unwrap().expect_err("A's group did not commit");
+    assert!(error.is_transient(), "{error}");
+    assert!(committed(&store).await.is_empty());
+
+    // The group's connection was closed, so SQLite's write lock is free.
+    let mut c = store.begin().await.unwrap();
+    write(&mut c, "c").await;
+    c.commit().await.unwrap();
+    assert_eq!(committed(&store).await, ["c"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_group_commit_each_writer_commits_on_its_own() {
+    let (store, _dir) = sqlite_store(false).await;
+    let mut a = store.begin().await.unwrap();
+    write(&mut a, "a").await;
+    let (go_b, b) = member(&store, "b", true);
+    until("B waits at the gate", || store.write_gate_waiters() == 1).await;
+    // B waits, and A's commit does not wait for it.
+    a.commit().await.unwrap();
+    assert_eq!(committed(&store).await, ["a"]);
+    let _ = go_b.send(());
+    assert_eq!(b.await.unwrap(), Ok(()));
+    assert_eq!(committed(&store).await, ["a", "b"]);
+}
+
+/// `$name::sqlite` and `$name::postgres`, each running `$body(backend)`:
+/// these tests build their app themselves, to share state with a handler.
+macro_rules! on_both_backends {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$body(crate::helpers::Backend::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$body(crate::helpers::Backend::Postgres).await;
+            }
+        }
+    };
+}
+
+/// What the `hold` handler and its test share.
+#[derive(Default)]
+struct HoldState {
+    /// The app's store, set once the app is up.
+    store: OnceLock<Store>,
+    /// Set by the first delivery that reaches the handler.
+    entered: AtomicBool,
+    /// How many writers must queue behind that first delivery.
+    waiters: usize,
+}
+
+/// Runs after `record` and `payments`, so inside the delivery's transaction
+/// (and on SQLite inside the write gate). The first delivery that reaches it
+/// waits until `waiters` more writers queue at the gate, so that on SQLite
+/// they all join its group. Then deliveries of payment `pay_fail` fail.
+struct Hold(Arc<HoldState>);
+
+#[async_trait::async_trait(?Send)]
+impl Handler for Hold {
+    async fn handle(&self, event: &Event, _: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+        let state = &self.0;
+        if !state.entered.swap(true, Ordering::SeqCst) {
+            if let Some(store) = state
+                .store
+                .get()
+                .filter(|s| s.backend() == StoreBackend::Sqlite)
+            {
+                until("the other deliveries queue behind the first", || {
+                    store.write_gate_waiters() >= state.waiters
+                })
+                .await;
+            }
+        }
+        if event.payload["data"]["id"] == "pay_fail" {
+            return Err(HandlerError::Failed("the downstream ledger said no".into()));
+        }
+        Ok(None)
+    }
+}
+
+/// An app with the `hold` handler, whose groups stay open as long as
+/// writers wait (and below the 64-member cap), however slow the machine.
+async fn spawn_holding(backend: Backend, waiters: usize) -> Option<(TestApp, Arc<HoldState>)> {
+    let state = Arc::new(HoldState {
+        waiters,
+        ..HoldState::default()
+    });
+    let app = TestApp::builder(backend)
+        .top_level("sqlite_group_commit_wait = \"1h\"")
+        .handler("hold", Hold(state.clone()))
+        .spawn_if_available()
+        .await?;
+    let _ = state.store.set(app.store.clone());
+    Some((app, state))
+}
+
+/// Commits so far of more than `members` members (any test's: the recorder
+/// is the process's, so this only grows).
+async fn groups_over(app: &TestApp, members: &str) -> f64 {
+    let scrape = scrape(app).await;
+    scrape.value(&format!("{GROUP_MEMBERS}_count"), &[])
+        - scrape.value(&format!("{GROUP_MEMBERS}_bucket"), &[("le", members)])
+}
+
+/// How many ledger rows each delivery id has.
+async fn ledger_rows_by_id(app: &TestApp) -> Vec<(String, i64)> {
+    let mut conn = app.store.conn().await.unwrap();
+    with_conn!(&mut conn, |c| {
+        ledger_entries::table
+            .group_by(ledger_entries::delivery_id)
+            .select((ledger_entries::delivery_id, diesel::dsl::count_star()))
+            .order(ledger_entries::delivery_id)
+            .load::<(String, i64)>(c)
+            .await
+    })
+    .unwrap()
+}
+
+/// 16 distinct deliveries and 64 copies of one more: the first delivery
+/// alone, then, once it holds the gate, all the others at once. On SQLite
+/// they queue behind it and commit in groups of up to 64.
+async fn deliveries_and_storm(backend: Backend) {
+    let Some((app, held)) = spawn_holding(backend, 15 + 64).await else {
+        return;
+    };
+    let app = &app;
+    let before = groups_over(app, "48").await;
+    let deliver = |i: i64| async move {
+        let body = payment(&format!("pay_g{i}"), 100 + i);
+        app.deliver(&format!("msg_g{i:02}"), &body)
+            .await
+            .status()
+            .as_u16()
+    };
+    let first_body = payment("pay_g0", 100);
+    let first = app.deliver("msg_g00", &first_body);
+    let storm_body = payment("pay_gstorm", 5000);
+    let others = async {
+        until("the first delivery holds the gate", || {
+            AtomicBool::load(&held.entered, Ordering::SeqCst)
+        })
+        .await;
+        let storm = (0..64).map(|i| {
+            let headers = app.signed_headers("msg_gstorm", now() - i, &storm_body);
+            let body = storm_body.clone();
+            async move {
+                let response = app.post(&headers, body).await;
+                let status = response.status().as_u16();
+                (status, response.bytes().await.unwrap())
+            }
+        });
+        tokio::join!(join_all((1..16).map(deliver)), join_all(storm))
+    };
+    let (first, (statuses, answers)) = tokio::join!(first, others);
+
+    assert_eq!(first.status(), 200);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let mut ok_bodies = answers.iter().filter(|(s, _)| *s == 200).map(|(_, b)| b);
+    let stored = ok_bodies.next().expect("a storm copy succeeded").clone();
+    assert!(
+        ok_bodies.all(|b| *b == stored),
+        "every 200 is the stored answer"
+    );
+    for (status, body) in &answers {
+        assert!(
+            *status == 200 || *status == 409,
+            "unexpected {status}: {}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    let mut expected: Vec<(String, i64)> = (0..16).map(|i| (format!("msg_g{i:02}"), 1)).collect();
+    expected.push(("msg_gstorm".to_owned(), 1));
+    assert_eq!(
+        ledger_rows_by_id(app).await,
+        expected,
+        "exactly one effect per id"
+    );
+    if backend == Backend::Sqlite {
+        assert!(
+            groups_over(app, "48").await > before,
+            "one COMMIT took the held delivery and the 63 queued behind it"
+        );
+    }
+}
+
+on_both_backends!(
+    parallel_deliveries_and_a_storm_commit_in_groups_with_one_effect_per_id,
+    deliveries_and_storm
+);
+
+/// A delivery whose handler fails holds the gate until 9 others queue: on
+/// SQLite they all share its group. It answers 500 and leaves nothing; a
+/// payment with a malformed amount answers its stored 422; the rest 200,
+/// committed.
+async fn a_failure_inside_a_group(backend: Backend) {
+    let Some((app, held)) = spawn_holding(backend, 9).await else {
+        return;
+    };
+    let app = &app;
+    let before = groups_over(app, "8").await;
+    let failing_body = payment("pay_fail", 100);
+    let failing = app.deliver("msg_fail", &failing_body);
+    let malformed = serde_json::json!({
+        "type": "payment.succeeded",
+        "data": { "id": "pay_malformed", "order_id": "o", "amount": 12.5, "currency": "EUR" }
+    })
+    .to_string()
+    .into_bytes();
+    let others = async {
+        until("the failing delivery holds the gate", || {
+            AtomicBool::load(&held.entered, Ordering::SeqCst)
+        })
+        .await;
+        let good = (0..8).map(|i| async move {
+            let body = payment(&format!("pay_ok{i}"), 100 + i);
+            app.deliver(&format!("msg_ok{i}"), &body)
+                .await
+                .status()
+                .as_u16()
+        });
+        tokio::join!(join_all(good), app.deliver("msg_malformed", &malformed))
+    };
+    let (failing, (statuses, rejected)) = tokio::join!(failing, others);
+
+    assert_eq!(failing.status(), 500);
+    assert_eq!(rejected.status(), 422);
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let expected: Vec<(String, i64)> = (0..8).map(|i| (format!("msg_ok{i}"), 1)).collect();
+    assert_eq!(ledger_rows_by_id(app).await, expected);
+    assert_eq!(app.count("events").await, 8);
+    assert!(
+        app.delivery("msg_fail").await.is_none(),
+        "the failure kept nothing"
+    );
+    assert_eq!(
+        app.delivery("msg_malformed").await.unwrap().status,
+        "completed"
+    );
+    if backend == Backend::Sqlite {
+        assert!(
+            groups_over(app, "8").await > before,
+            "one COMMIT took the failing delivery's group of 10"
+        );
+    }
+}
+
+on_both_backends!(
+    a_failing_delivery_inside_a_group_fails_alone_and_the_others_commit,
+    a_failure_inside_a_group
+);

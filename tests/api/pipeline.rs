@@ -162,16 +162,19 @@ async fn a_claim_flight_dropped_midway_never_lends_out_a_connection_inside_a_tra
     )
     .expect("a one-connection store");
     let now = store.clock().naive_now();
+    let mut mid_flight = 0;
     for round in 0..20 {
         let id = format!("pipe-dropped-{round}-{}", uuid::Uuid::new_v4().simple());
         let row = claim(&id, "owner", now);
         let conn = store.conn().await.expect("a connection");
         // Polled once (BEGIN and the insert are queued), then dropped.
         let flight = store.begin_claim(conn, &row);
-        assert!(
-            flight.now_or_never().is_none(),
-            "the flight waits for the server"
-        );
+        // On a quiet machine the server may even have answered both by the
+        // time of that one poll: then it is the transaction, begun and
+        // dropped open, that is abandoned, which must be safe too.
+        if flight.now_or_never().is_none() {
+            mid_flight += 1;
+        }
 
         let mut conn = store.conn().await.expect("a connection");
         // SAVEPOINT is refused outside a transaction block.
@@ -187,6 +190,10 @@ async fn a_claim_flight_dropped_midway_never_lends_out_a_connection_inside_a_tra
             "the abandoned claim never committed"
         );
     }
+    assert!(
+        mid_flight > 0,
+        "no flight was abandoned before the server answered"
+    );
 }
 
 /// Fails its first call with a database error, in the flight of the

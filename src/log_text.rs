@@ -26,6 +26,17 @@ pub struct Escaped<'a>(&'a str);
 
 impl Display for Escaped<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        // Most fields (endpoint names, delivery ids, event types) are short
+        // printable ASCII with nothing to escape: written at once rather
+        // than a character at a time, which showed in every request's cost.
+        if self.0.len() <= MAX_LOGGED_CHARS
+            && self
+                .0
+                .bytes()
+                .all(|b| (b' '..=b'~').contains(&b) && b != b'\\')
+        {
+            return f.write_str(self.0);
+        }
         let mut written = 0;
         for (at, c) in self.0.char_indices() {
             let unsafe_char = is_unsafe(c);

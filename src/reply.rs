@@ -63,7 +63,14 @@ pub fn respond(result: Result<Outcome, EngineError>) -> HttpResponse {
 fn stored_response(stored: StoredResponse) -> HttpResponse {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::build(status);
-    response.insert_header((CONTENT_TYPE, stored.content_type.as_str()));
+    // The receiver's own answers share one static header value; any other
+    // content type is parsed (and copied) as before.
+    const JSON: &str = "application/json";
+    if stored.content_type == JSON {
+        response.insert_header((CONTENT_TYPE, HeaderValue::from_static(JSON)));
+    } else {
+        response.insert_header((CONTENT_TYPE, stored.content_type.as_str()));
+    }
     if let Some(location) = &stored.location {
         response.insert_header((LOCATION, location.as_str()));
     }

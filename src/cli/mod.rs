@@ -166,7 +166,9 @@ fn parse_database_url(text: &str) -> Result<String, String> {
 pub async fn run() -> anyhow::Result<ExitCode> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches)?;
-    telemetry::init(cli.log_format);
+    // Held to the end of the command, so that every queued line is written
+    // before the process exits (and before main's own error line).
+    let _log = telemetry::init(cli.log_format);
     // The flags reach the settings as the variables they stand for, so the
     // order is the file's own: a flag (or its variable) over the file.
     // An empty variable counts as unset, as everywhere in the settings.

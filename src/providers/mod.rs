@@ -26,7 +26,7 @@ pub use retry_window::RetryWindow;
 pub use spec::ProviderSpec;
 pub use standard_webhooks::StandardWebhooks;
 
-use actix_web::http::header::HeaderMap;
+use actix_web::http::header::{HeaderMap, HeaderName};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use std::time::Duration;
@@ -317,7 +317,19 @@ pub(crate) fn header<'a>(
     headers: &'a HeaderMap,
     name: &'static str,
 ) -> Result<Option<&'a str>, Rejection> {
-    let mut values = headers.get_all(name);
+    // Looked up by a `&str`, a name that is not a standard header is copied
+    // into a new `HeaderName` on every call (three per Standard Webhooks
+    // delivery, twice over); a static name borrows it. `from_static` takes
+    // only lowercase token characters, so other names keep the copy.
+    let static_name = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !name.is_empty();
+    let mut values = if static_name {
+        headers.get_all(HeaderName::from_static(name))
+    } else {
+        headers.get_all(name)
+    };
     let Some(first) = values.next() else {
         return Ok(None);
     };

@@ -97,13 +97,13 @@ where
             status = tracing::field::Empty,
             duration_ms = tracing::field::Empty,
         );
-        req.extensions_mut().insert(RequestId(id.clone()));
+        // The id was checked to be visible ASCII, or is a UUID.
+        let header = HeaderValue::from_str(&id).ok();
+        req.extensions_mut().insert(RequestId(id));
         let service = self.service.clone();
         Box::pin(
             async move {
                 let result = service.call(req).await;
-                // The id was checked to be visible ASCII, or is a UUID.
-                let header = HeaderValue::from_str(&id).ok();
                 match result {
                     Ok(mut response) => {
                         if let Some(header) = header {
@@ -135,11 +135,19 @@ where
 /// request, and writes its closing line.
 fn close(method: &'static str, route: &str, status: u16, started: Instant, logged: bool) {
     let duration_ms = millis(started.elapsed());
+    metrics::http_request(method, route, status);
+    let quiet = logged || QUIET_ROUTES.contains(&route);
+    // The span's last two fields show only on lines written after them, and
+    // the closing line is the last line of a request: when it is filtered
+    // out (a delivery, which logged its own line, at the default level) the
+    // two records would be formatted for no line at all.
+    if quiet && !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
     let span = tracing::Span::current();
     span.record("status", status);
     span.record("duration_ms", duration_ms);
-    metrics::http_request(method, route, status);
-    if logged || QUIET_ROUTES.contains(&route) {
+    if quiet {
         tracing::debug!(status, duration_ms, "request answered");
     } else {
         tracing::info!(status, duration_ms, "request answered");

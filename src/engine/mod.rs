@@ -412,7 +412,7 @@ impl Engine {
                 Verdict::Stale | Verdict::Expired => {}
             }
         }
-        let mut tx = self.store().begin_on(conn).await?;
+        let tx = self.store().begin_on(conn).await?;
         // The transaction may have queued behind a duplicate's: if that
         // one's answer is known by now, the claim is not needed.
         if let Some(answer) = self.cached(request) {
@@ -420,15 +420,7 @@ impl Engine {
             let _ = claim::end(tx).await;
             return Ok(Begun::Answered(answer));
         }
-        Ok(Begun::Claimed(
-            match tx.conn().insert_claim(&claim.row()).await {
-                Ok(inserted) => Ok((tx, inserted)),
-                Err(e) => {
-                    let _ = claim::end(tx).await;
-                    Err(e)
-                }
-            },
-        ))
+        Ok(Begun::Claimed(tx.insert_claim(&claim.row()).await))
     }
 
     /// The claim `won` on `tx`, for the caller to run under.

@@ -44,17 +44,28 @@ impl Store {
         conn: DbConn,
         claim: &NewClaim<'_>,
     ) -> Result<(Transaction, bool), StoreError> {
-        let mut tx = match conn {
+        match conn {
             DbConn::Pg(mut pg) => {
                 let inserted = begin_and_insert(&mut pg, claim).await?;
-                return Ok((Transaction::on(DbConn::Pg(pg)), inserted));
+                Ok((Transaction::on(DbConn::Pg(pg)), inserted))
             }
-            sqlite => self.begin_on(sqlite).await?,
-        };
-        match tx.conn().insert_claim(claim).await {
-            Ok(inserted) => Ok((tx, inserted)),
+            sqlite => self.begin_on(sqlite).await?.insert_claim(claim).await,
+        }
+    }
+}
+
+impl Transaction {
+    /// Inserts `claim` in this open transaction (`INSERT ... ON CONFLICT DO
+    /// NOTHING`): true when it created the row. An error rolls the
+    /// transaction back before it is returned.
+    pub async fn insert_claim(
+        mut self,
+        claim: &NewClaim<'_>,
+    ) -> Result<(Transaction, bool), StoreError> {
+        match self.conn().insert_claim(claim).await {
+            Ok(inserted) => Ok((self, inserted)),
             Err(e) => {
-                if let Err(error) = tx.rollback().await {
+                if let Err(error) = self.rollback().await {
                     tracing::warn!(%error, "rollback failed; the connection is discarded");
                 }
                 Err(e)

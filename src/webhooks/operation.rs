@@ -129,13 +129,12 @@ impl Operation for RunHandlers {
             // statements together (PostgreSQL); the rest run one by one.
             let landed = match conn.flight() {
                 Some(flight) => {
-                    let flown: Vec<_> = handlers[next..]
+                    let (names, futures): (Vec<_>, Vec<_>) = handlers[next..]
                         .iter()
                         .map_while(|(name, h)| {
                             Some((name.as_str(), h.handle_in_flight(&self.event, flight)?))
                         })
-                        .collect();
-                    let (names, futures): (Vec<_>, Vec<_>) = flown.into_iter().unzip();
+                        .unzip();
                     let results = futures_util::future::join_all(futures).await;
                     names.into_iter().zip(results).collect()
                 }

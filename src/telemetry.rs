@@ -4,10 +4,14 @@
 
 pub mod metrics;
 pub mod request_id;
+pub mod traces;
 
 use std::io::{BufWriter, IsTerminal};
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+pub use traces::{TraceSettings, Traces};
 
 /// Lines waiting for the writer thread before a request that logs waits for
 /// it: a bound on memory (about 2.5 MiB of 300-byte lines), reached only
@@ -41,31 +45,80 @@ pub enum LogFormat {
 /// `span` (the innermost span with its fields) and `spans` (every span
 /// from the outermost, `request`, inwards), so that a line can be found
 /// by its request id or its delivery id alike.
+///
+/// With `traces`, the delivery spans are also exported (see [`traces`]);
+/// the log's level filters the log only. Without, the subscriber is the
+/// log alone, as before traces existed.
 #[must_use = "dropping the guard stops the log writer"]
-pub fn init(format: LogFormat) -> LogGuard {
+pub fn init(format: LogFormat, traces: Option<Traces>) -> LogGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(false)
         .buffered_lines_limit(BUFFERED_LINES)
         .thread_name("log-writer")
         .finish(BufWriter::new(std::io::stderr()));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(std::io::stderr().is_terminal());
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(true)
-            .try_init(),
-    };
-    LogGuard { _writer: guard }
+    let ansi = std::io::stderr().is_terminal();
+    match &traces {
+        None => {
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(writer)
+                .with_ansi(ansi);
+            let _ = match format {
+                LogFormat::Text => builder.try_init(),
+                LogFormat::Json => builder
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_span_list(true)
+                    .try_init(),
+            };
+        }
+        Some(traces) => {
+            let log = tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .with_ansi(ansi);
+            let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
+                LogFormat::Text => Box::new(log.with_filter(filter)),
+                LogFormat::Json => Box::new(
+                    log.json()
+                        .flatten_event(true)
+                        .with_current_span(true)
+                        .with_span_list(true)
+                        .with_filter(filter),
+                ),
+            };
+            let _ = tracing_subscriber::registry()
+                .with(log)
+                .with(traces.layer())
+                .try_init();
+        }
+    }
+    LogGuard {
+        _writer: guard,
+        traces,
+    }
 }
 
-/// Keeps the log writer thread running; see [`init`].
+/// Keeps the log writer thread running, and the trace exporter if any; see
+/// [`init`].
 pub struct LogGuard {
     _writer: WorkerGuard,
+    traces: Option<Traces>,
+}
+
+impl LogGuard {
+    /// Sends the spans still queued and stops the trace exporter, off the
+    /// runtime's workers (it waits for the last export); a failure is
+    /// logged, since the command's own result is what the caller reports.
+    pub async fn shutdown_traces(&mut self) {
+        let Some(traces) = self.traces.take() else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || traces.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the last spans were not exported"),
+            Err(error) => tracing::warn!(%error, "the trace exporter's shutdown panicked"),
+        }
+    }
 }

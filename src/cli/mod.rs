@@ -18,7 +18,7 @@ use idempotent_receiver::environment;
 use idempotent_receiver::handlers::Registry;
 use idempotent_receiver::startup::{self, Application};
 use idempotent_receiver::store::{DatabaseUrl, Store};
-use idempotent_receiver::telemetry::{self, LogFormat};
+use idempotent_receiver::telemetry::{self, LogFormat, Traces};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -166,9 +166,6 @@ fn parse_database_url(text: &str) -> Result<String, String> {
 pub async fn run() -> anyhow::Result<ExitCode> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches)?;
-    // Held to the end of the command, so that every queued line is written
-    // before the process exits (and before main's own error line).
-    let _log = telemetry::init(cli.log_format);
     // The flags reach the settings as the variables they stand for, so the
     // order is the file's own: a flag (or its variable) over the file.
     // An empty variable counts as unset, as everywhere in the settings.
@@ -180,7 +177,22 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         "DATABASE_URL" => database_url.clone(),
         _ => environment::process_env(name),
     };
-    let settings = startup::load_settings_with(config_file.as_deref(), &overrides)?;
+    let settings = startup::load_settings_with(config_file.as_deref(), &overrides);
+    // Traces are exported by `serve` alone: the other commands are an
+    // operator's, not a delivery's path.
+    let traces = match (&settings, &cli.command) {
+        (Ok(settings), Command::Serve) => settings
+            .traces
+            .as_ref()
+            .map(|traces| Traces::start(traces, tokio::runtime::Handle::current()))
+            .transpose()
+            .context("traces")?,
+        _ => None,
+    };
+    // Held to the end of the command, so that every queued line is written
+    // before the process exits (and before main's own error line).
+    let mut log = telemetry::init(cli.log_format, traces);
+    let settings = settings?;
     if cli.command.reads_database() {
         let origin = match (&database_url, matches.value_source("database_url")) {
             (Some(_), Some(ValueSource::CommandLine)) => "--database-url".to_owned(),
@@ -196,9 +208,10 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve => {
             let app = Application::build(&settings, &Registry::builtin()).await?;
-            app.run_until_stopped()
-                .await
-                .context("the server stopped with an error")?;
+            let stopped = app.run_until_stopped().await;
+            // The spans of the last deliveries, sent before the process ends.
+            log.shutdown_traces().await;
+            stopped.context("the server stopped with an error")?;
         }
         Command::Migrate => {
             let store = Store::connect(&settings.database, &startup::store_options(&settings))?;

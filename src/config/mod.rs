@@ -14,6 +14,7 @@ mod forwarders;
 mod idempotency;
 mod publishers;
 mod purge;
+mod traces;
 #[cfg(test)]
 mod tests;
 
@@ -28,6 +29,7 @@ use crate::maintenance::{PurgeSettings, RelaySettings, RetentionPolicy};
 use crate::publishers::PublisherSettings;
 use crate::store::{DatabaseUrl, GroupCommitOptions, ReplayCacheOptions, StoreOptions};
 use crate::telemetry::metrics::MetricsSettings;
+use crate::telemetry::traces::TraceSettings;
 use crate::webhooks::EndpointSettings;
 use error::Source;
 use serde::Deserialize;
@@ -94,6 +96,9 @@ pub struct Settings {
     pub admin: AdminSettings,
     /// `metrics_token` (+ `IR_METRICS_TOKEN`).
     pub metrics: MetricsSettings,
+    /// `otlp_endpoint`, or the standard `OTEL_EXPORTER_OTLP_*` variables:
+    /// where the delivery spans are exported (`None`: nowhere).
+    pub traces: Option<TraceSettings>,
 }
 
 #[derive(Deserialize, Default)]
@@ -137,6 +142,7 @@ struct RawSettings {
     admin_listen: Option<String>,
     admin_login: Option<RawLoginLimits>,
     metrics_token: Option<String>,
+    otlp_endpoint: Option<String>,
 }
 
 /// `sqlite_group_commit`, `sqlite_group_commit_max` and
@@ -271,6 +277,7 @@ impl Settings {
         Ok(Settings {
             admin,
             metrics,
+            traces: traces::parse(raw.otlp_endpoint.as_ref(), source, env)?,
             idempotency: idempotency::parse(&raw.idempotency, source)?,
             purge: purge::parse(
                 raw.purge_interval.as_ref(),

@@ -79,6 +79,8 @@ impl Pending {
     /// Stores `response` as the key's answer and commits, fenced by the lease:
     /// if the claim was taken over meanwhile, everything is rolled back and
     /// [`EngineError::LeaseLost`] returned.
+    // The `complete` span, at debug: created only when exported.
+    #[tracing::instrument(name = "complete", level = "debug", skip_all)]
     pub async fn complete(mut self, response: &StoredResponse) -> Result<(), EngineError> {
         let completed = self.lease.write_completion(self.tx.conn(), response).await;
         match completed {

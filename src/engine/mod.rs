@@ -14,10 +14,12 @@ mod claim;
 mod outcome;
 mod queue;
 mod replay_tally;
+mod traced;
 
 pub use claim::{Claim, Lease, Pending};
 pub use outcome::{EngineError, Operation, OperationError, Outcome};
 pub use queue::{Job, JobOutcome, RetryPolicy};
+pub use traced::delivery_attributes;
 
 use crate::store::{
     Backend, Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,
@@ -27,6 +29,7 @@ use claim::Purpose;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// One logical operation, as the engine sees it.
 #[derive(Debug, Clone)]
@@ -183,9 +186,27 @@ impl Engine {
         request: &ClaimRequest,
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
+        let span = tracing::Span::current();
+        crate::telemetry::traces::set_attributes(&span, || delivery_attributes(request));
+        let result = self.claim_and_run(request, operation).await;
+        traced::finished(&span, &result);
+        result
+    }
+
+    /// [`Engine::process`] within its span.
+    async fn claim_and_run(
+        &self,
+        request: &ClaimRequest,
+        operation: &dyn Operation,
+    ) -> Result<Outcome, EngineError> {
         let mut rejection: Option<StoredResponse> = None;
         loop {
-            let mut pending = match self.claim(request).await?.fresh() {
+            // At debug: created only when exported (or logged at debug).
+            let claiming = tracing::debug_span!("claim");
+            let claim = self.claim(request).instrument(claiming.clone()).await;
+            traced::claimed(&claiming, &claim);
+            drop(claiming);
+            let mut pending = match claim?.fresh() {
                 Ok(pending) => pending,
                 Err(answer) => return Ok(answer),
             };

@@ -81,6 +81,11 @@ impl Forward {
         if let Some(event_type) = &event.event_type {
             request = request.header("x-webhook-event-type", event_type);
         }
+        // The handler's span as the downstream call's parent, so that the
+        // downstream's own spans join the delivery's trace.
+        for (name, value) in crate::telemetry::traces::traceparent_headers() {
+            request = request.header(name, value);
+        }
         let response = match request.send().await {
             Ok(response) => response,
             Err(error) => return Answer::Unsure(without_url(&error)),

@@ -4,6 +4,7 @@
 mod enqueue;
 mod operation;
 mod settings;
+mod traced;
 
 pub use crate::payload::{NUL_REPLACEMENT, parse_payload, replace_nul};
 pub use enqueue::{Enqueue, QueueSettings, event_time};
@@ -162,15 +163,21 @@ async fn challenge(
     }
 }
 
-// The endpoint segment is the caller's text, percent-decoded: a newline or
-// an ESC in it would forge or recolour log lines, so it is logged escaped
-// and capped like every other field taken from a request.
-#[tracing::instrument(
-    name = "webhook",
-    skip_all,
-    fields(endpoint = %escaped(&path), delivery_id, event_type, outcome, reason, duration_ms)
-)]
 async fn receive(
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    webhooks: web::Data<Webhooks>,
+) -> HttpResponse {
+    // Made before it is entered: a caller's trace can only be continued
+    // by a span that has not started.
+    let span = traced::webhook_span(&request, &path);
+    receive_in(request, path, payload, webhooks)
+        .instrument(span)
+        .await
+}
+
+async fn receive_in(
     request: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
@@ -184,6 +191,7 @@ async fn receive(
         span.record("reason", reason.as_str());
     }
     span.record("duration_ms", millis(started.elapsed()));
+    traced::answered(&span, &answered);
     let status = answered.response.status().as_u16();
     match &answered.detail {
         Some(detail) => tracing::info!(status, detail = %escaped(detail), "delivery answered"),
@@ -253,7 +261,16 @@ async fn answer(
         }
         refuse(problem, Some(rejection.to_string()))
     };
-    if let Err(rejection) = endpoint.provider.prepare(request.headers()).await {
+    // Created only when exported (it is at debug): the provider's
+    // preparation (a certificate fetched) and the signature check.
+    let verifying = tracing::debug_span!("verify");
+    let prepared = endpoint
+        .provider
+        .prepare(request.headers())
+        .instrument(verifying.clone())
+        .await;
+    if let Err(rejection) = prepared {
+        traced::refused(&verifying, &rejection);
         return refuse_rejection(rejection);
     }
     let signed = SignedRequest {
@@ -262,10 +279,16 @@ async fn answer(
         method: request.method().as_str(),
         query: request.query_string(),
     };
-    let incoming = match verify(&endpoint, &signed, &body, webhooks.clock.now(), received_at) {
+    let verified = verifying
+        .in_scope(|| verify(&endpoint, &signed, &body, webhooks.clock.now(), received_at));
+    let incoming = match verified {
         Ok(incoming) => incoming,
-        Err(rejection) => return refuse_rejection(rejection),
+        Err(rejection) => {
+            traced::refused(&verifying, &rejection);
+            return refuse_rejection(rejection);
+        }
     };
+    drop(verifying);
     metrics::delivery_verified(&endpoint.name, provider);
     let deliveries = match incoming {
         Incoming::Handshake(reply) => {
@@ -290,6 +313,7 @@ async fn answer(
             "event_type",
             field::display(escaped(claim.event_type.as_deref().unwrap_or(""))),
         );
+        traced::delivery(&span, claim);
     }
     let batch = deliveries.len() > 1;
     let mut results = Vec::with_capacity(deliveries.len());

@@ -9,10 +9,12 @@ use crate::handlers::{Event, HandlerError};
 use crate::log_text::escaped;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
 use crate::store::{Claimed, DbConn, StoredResponse};
+use crate::telemetry::traces::{self, KeyValue};
 use actix_web::http::StatusCode;
 use serde_json::{Map, Value, json};
 use std::cell::RefCell;
 use std::sync::Arc;
+use tracing::{Instrument, Span};
 
 pub struct RunHandlers {
     endpoint: Arc<Endpoint>,
@@ -102,7 +104,10 @@ impl Operation for RunHandlers {
 
     async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
         for (name, handler) in self.endpoint.handlers.iter().filter(|(_, h)| h.external()) {
-            match handler.perform(&self.event).await {
+            let span = handler_span(name);
+            let performed = handler.perform(&self.event).instrument(span.clone()).await;
+            handler_done(&span, &performed);
+            match performed {
                 Ok(Some(effect)) => self.set_external(name, effect),
                 Ok(None) => {}
                 Err(error) => return Err(self.failure(name, error)),
@@ -132,7 +137,14 @@ impl Operation for RunHandlers {
                     let (names, futures): (Vec<_>, Vec<_>) = handlers[next..]
                         .iter()
                         .map_while(|(name, h)| {
-                            Some((name.as_str(), h.handle_in_flight(&self.event, flight)?))
+                            let future = h.handle_in_flight(&self.event, flight)?;
+                            let span = handler_span(name);
+                            let traced = async move {
+                                let handled = future.await;
+                                handler_done(&tracing::Span::current(), &handled);
+                                handled
+                            };
+                            Some((name.as_str(), traced.instrument(span)))
                         })
                         .unzip();
                     let results = futures_util::future::join_all(futures).await;
@@ -141,7 +153,12 @@ impl Operation for RunHandlers {
                 None => Vec::new(),
             };
             if landed.is_empty() {
-                let result = handler.handle(&self.event, conn).await;
+                let span = handler_span(name);
+                let result = handler
+                    .handle(&self.event, conn)
+                    .instrument(span.clone())
+                    .await;
+                handler_done(&span, &result);
                 self.absorb(&mut effects, name, result)?;
                 next += 1;
                 continue;
@@ -170,5 +187,22 @@ impl Operation for RunHandlers {
                 .into(),
             location: None,
         })
+    }
+}
+
+/// One handler's span, at debug: created only when exported (or logged at
+/// debug). Its name is the configured one, never the request's.
+fn handler_span(name: &str) -> Span {
+    let span = tracing::debug_span!("handler", handler = %name);
+    traces::set_attributes(&span, || {
+        vec![KeyValue::new("webhook.handler", name.to_owned())]
+    });
+    span
+}
+
+/// A handler that failed or refused the event: the span's status is Error.
+fn handler_done(span: &Span, result: &Result<Option<Value>, HandlerError>) {
+    if let Err(error) = result {
+        traces::set_error(span, &error.to_string());
     }
 }

@@ -7,11 +7,11 @@ pub mod request_id;
 pub mod traces;
 
 use std::io::{BufWriter, IsTerminal};
+pub use traces::{TraceSettings, Traces};
 use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
-pub use traces::{TraceSettings, Traces};
 
 /// Lines waiting for the writer thread before a request that logs waits for
 /// it: a bound on memory (about 2.5 MiB of 300-byte lines), reached only

@@ -14,9 +14,9 @@ mod forwarders;
 mod idempotency;
 mod publishers;
 mod purge;
-mod traces;
 #[cfg(test)]
 mod tests;
+mod traces;
 
 pub use error::ConfigError;
 

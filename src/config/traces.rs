@@ -21,7 +21,11 @@ pub(super) fn parse(
     let (endpoint, key, from) = if let Some(url) = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
         (url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", environment)
     } else if let Some(base) = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        (traces_url(&base), "OTEL_EXPORTER_OTLP_ENDPOINT", environment)
+        (
+            traces_url(&base),
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            environment,
+        )
     } else if let Some(base) = file_endpoint.filter(|base| !base.is_empty()) {
         (traces_url(base), "otlp_endpoint", source)
     } else {
@@ -47,8 +51,8 @@ fn traces_url(base: &str) -> String {
 /// An http(s) URL with a host. The message never repeats the URL: a
 /// collector's URL may carry credentials.
 fn check_url(url: &str) -> Result<(), String> {
-    let parsed =
-        reqwest::Url::parse(url).map_err(|e| format!("not a URL such as http://127.0.0.1:4318 ({e})"))?;
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| format!("not a URL such as http://127.0.0.1:4318 ({e})"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err("expected an http:// or https:// URL such as http://127.0.0.1:4318".into());
     }
@@ -59,16 +63,15 @@ fn check_url(url: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn parse_with(file: Option<&str>, vars: &[(&str, &str)]) -> Result<Option<TraceSettings>, ConfigError> {
+    fn parse_with(
+        file: Option<&str>,
+        vars: &[(&str, &str)],
+    ) -> Result<Option<TraceSettings>, ConfigError> {
         let vars: Vec<(String, String)> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let env = move |name: &str| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
+        let env = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let file = file.map(str::to_owned);
         parse(file.as_ref(), Source("test.toml"), &env)
     }
@@ -81,35 +84,57 @@ mod tests {
 
     #[test]
     fn a_base_endpoint_gets_the_traces_path_and_the_default_service_name() {
-        let settings = parse_with(Some("http://collector:4318"), &[]).unwrap().unwrap();
+        let settings = parse_with(Some("http://collector:4318"), &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(settings.endpoint, "http://collector:4318/v1/traces");
         assert_eq!(settings.service_name, "idempotent-receiver");
-        let settings = parse_with(Some("http://collector:4318/otlp/"), &[]).unwrap().unwrap();
+        let settings = parse_with(Some("http://collector:4318/otlp/"), &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(settings.endpoint, "http://collector:4318/otlp/v1/traces");
     }
 
     #[test]
     fn the_standard_variables_win_over_the_file_in_the_specifications_order() {
-        let base = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"), ("OTEL_SERVICE_NAME", "billing-hooks")];
-        let settings = parse_with(Some("http://file:4318"), &base).unwrap().unwrap();
+        let base = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_SERVICE_NAME", "billing-hooks"),
+        ];
+        let settings = parse_with(Some("http://file:4318"), &base)
+            .unwrap()
+            .unwrap();
         assert_eq!(settings.endpoint, "http://env:4318/v1/traces");
         assert_eq!(settings.service_name, "billing-hooks");
         let both = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces.example/custom"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "https://traces.example/custom",
+            ),
         ];
-        let settings = parse_with(Some("http://file:4318"), &both).unwrap().unwrap();
+        let settings = parse_with(Some("http://file:4318"), &both)
+            .unwrap()
+            .unwrap();
         assert_eq!(settings.endpoint, "https://traces.example/custom");
     }
 
     #[test]
     fn a_bad_endpoint_is_refused_naming_where_it_came_from_without_echoing_it() {
-        let error = parse_with(Some("collector:4318"), &[]).unwrap_err().to_string();
-        assert!(error.starts_with("test.toml: `otlp_endpoint`:"), "{error}");
-        let error = parse_with(None, &[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://user:hunter2@x")])
+        let error = parse_with(Some("collector:4318"), &[])
             .unwrap_err()
             .to_string();
-        assert!(error.starts_with("environment: `OTEL_EXPORTER_OTLP_ENDPOINT`:"), "{error}");
+        assert!(error.starts_with("test.toml: `otlp_endpoint`:"), "{error}");
+        let error = parse_with(
+            None,
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://user:hunter2@x")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with("environment: `OTEL_EXPORTER_OTLP_ENDPOINT`:"),
+            "{error}"
+        );
         assert!(!error.contains("hunter2"), "{error}");
     }
 }

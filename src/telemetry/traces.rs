@@ -13,9 +13,9 @@ mod http_client;
 
 use crate::log_text::escaped;
 use actix_web::http::header::HeaderMap;
+pub use opentelemetry::KeyValue;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{Status, TraceContextExt, TracerProvider as _};
-pub use opentelemetry::KeyValue;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;

@@ -279,8 +279,8 @@ async fn answer(
         method: request.method().as_str(),
         query: request.query_string(),
     };
-    let verified = verifying
-        .in_scope(|| verify(&endpoint, &signed, &body, webhooks.clock.now(), received_at));
+    let verified =
+        verifying.in_scope(|| verify(&endpoint, &signed, &body, webhooks.clock.now(), received_at));
     let incoming = match verified {
         Ok(incoming) => incoming,
         Err(rejection) => {

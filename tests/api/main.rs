@@ -2,6 +2,8 @@
 //! and each test body runs on SQLite and on PostgreSQL.
 
 mod helpers;
+#[path = "../support/otlp_collector.rs"]
+mod otlp_collector;
 /// The fixture sources and their test secrets: the `fixtures` command's
 /// own, not the library's.
 #[path = "../../src/cli/fixtures.rs"]
@@ -46,3 +48,4 @@ mod replay_cache;
 mod sdk_interop;
 mod server_language;
 mod smuggling;
+mod traces;

@@ -20,9 +20,7 @@ pub(super) struct SpawnedReqwest {
 
 impl SpawnedReqwest {
     pub(super) fn new(runtime: tokio::runtime::Handle) -> Result<SpawnedReqwest, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .timeout(EXPORT_TIMEOUT)
-            .build()?;
+        let client = reqwest::Client::builder().timeout(EXPORT_TIMEOUT).build()?;
         Ok(SpawnedReqwest { client, runtime })
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
 
-struct Server(Child);
+pub(crate) struct Server(pub(crate) Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -18,7 +18,7 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -28,7 +28,7 @@ fn free_port() -> u16 {
 
 /// The binary in `dir`, listening (or posting) at `listen`, with none of
 /// the caller's own settings variables.
-fn binary(dir: &std::path::Path, listen: &str, args: &[&str]) -> Command {
+pub(crate) fn binary(dir: &std::path::Path, listen: &str, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(args)
@@ -49,7 +49,7 @@ async fn wait_until_healthy(port: u16) {
     wait_until_ready(&format!("127.0.0.1:{port}")).await;
 }
 
-async fn wait_until_ready(listen: &str) {
+pub(crate) async fn wait_until_ready(listen: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let url = format!("http://{listen}/readyz");
     while Instant::now() < deadline {

@@ -10,10 +10,12 @@
 //! modules' deliveries may be exported too once it is installed; every
 //! assertion here picks its spans by the test's own trace id or delivery id.
 
-use crate::both_backends_with;
+use crate::cli::{Server, binary, free_port, wait_until_ready};
 use crate::helpers::{ENDPOINT, TestApp, TestAppBuilder, payment};
 use crate::otlp_collector::{Collector, ReceivedSpan};
+use crate::{both_backends, both_backends_with};
 use idempotent_receiver::telemetry::{TraceSettings, Traces};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tracing_subscriber::layer::SubscriberExt;
@@ -264,5 +266,76 @@ both_backends_with!(forwarding_to_the_collector;
             "a refused delivery claims nothing: {traced:#?}"
         );
         assert!(pipeline().collector.traceparents().iter().all(|t| !t.contains(&trace_id)));
+    }
+);
+
+both_backends!(
+    /// The binary as an operator runs it: `otlp_endpoint` in the file and
+    /// `OTEL_SERVICE_NAME` in the environment. The span of a delivery
+    /// answered just before SIGTERM reaches the collector by the time the
+    /// process has exited: the exporter is flushed at the end of `serve`,
+    /// not left to its next scheduled export.
+    async fn serve_exports_to_otlp_endpoint_and_flushes_on_shutdown(app) {
+        let collector = &pipeline().collector;
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("receiver.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "otlp_endpoint = {:?}\npurge_interval = \"0\"\nreconcile_interval = \"0\"\n[endpoints.{ENDPOINT}]\nprovider = \"standard-webhooks\"\nsecrets = [{:?}]\nhandlers = [\"record\"]\n",
+                collector.base_url,
+                crate::helpers::SECRET
+            ),
+        )
+        .unwrap();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let config_arg = config.to_str().unwrap();
+        let mut serve = binary(
+            dir.path(),
+            &listen,
+            &["--config", config_arg, "--database-url", &app.database_url, "serve"],
+        );
+        serve
+            .env("OTEL_SERVICE_NAME", "receiver-binary")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        let mut server = Server(serve.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+        wait_until_ready(&listen).await;
+
+        let (trace_id, caller_span, traceparent) = caller_context();
+        let id = format!("msg_{trace_id}");
+        let body = payment("pay_binary", 100);
+        let mut request = reqwest::Client::new()
+            .post(format!("http://{listen}/webhooks/{ENDPOINT}"))
+            .header("content-type", "application/json")
+            .header("traceparent", &traceparent)
+            .body(body.clone());
+        for (name, value) in app.signed_headers(&id, app.now(), &body) {
+            request = request.header(name, value);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 200);
+
+        let pid = server.0.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let exit = loop {
+            if let Some(status) = server.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the server did not exit after SIGTERM");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(exit.success(), "{exit:?}");
+
+        let spans = collector.spans();
+        let traced = in_trace(&spans, &trace_id);
+        let webhook = one(&traced, "webhook");
+        assert_eq!(webhook.service, "receiver-binary");
+        assert_eq!(webhook.parent_span_id(), caller_span);
+        assert_eq!(webhook.attribute("webhook.delivery_id"), Some(id));
+        assert_eq!(webhook.attribute("webhook.outcome").as_deref(), Some("processed"));
+        for name in ["verify", "process", "claim", "handler", "complete"] {
+            one(&traced, name);
+        }
     }
 );

@@ -1,6 +1,7 @@
 //! Logging: human-readable by default, JSON with `--log-format json`. The
 //! level comes from `RUST_LOG` (default `info`). Request ids
-//! ([`request_id`]) and Prometheus metrics ([`metrics`]) live beside it.
+//! ([`request_id`]), Prometheus metrics ([`metrics`]) and OpenTelemetry
+//! traces ([`traces`]) live beside it.
 
 pub mod metrics;
 pub mod request_id;

@@ -24,8 +24,8 @@ use std::process::ExitCode;
 
 /// What the environment sets, for `--help`. The flags show their own
 /// variable too; `IR_DATA_DIR`, `IR_ADMIN_TOKENS` and `IR_METRICS_TOKEN` (a
-/// token belongs on no command line) and `RUST_LOG` have no flag, so this is
-/// where they are named.
+/// token belongs on no command line), the OpenTelemetry variables and
+/// `RUST_LOG` have no flag, so this is where they are named.
 const ENVIRONMENT: &str = "\
 Environment:
   DATABASE_URL     the database, as --database-url (a flag wins over it, it wins over the file)
@@ -34,6 +34,8 @@ Environment:
   IR_DATA_DIR      the folder of the default SQLite file and of demo.secret (default: data)
   IR_ADMIN_TOKENS  admin tokens, comma-separated, added to the file's admin_tokens
   IR_METRICS_TOKEN the bearer token GET /metrics asks for, instead of the file's metrics_token
+  OTEL_EXPORTER_OTLP_ENDPOINT  where serve exports traces (OTLP/HTTP base URL), instead of the file's otlp_endpoint
+  OTEL_SERVICE_NAME            the traces' service.name (default: idempotent-receiver)
   RUST_LOG         the log level (default: info)";
 
 /// Verifies signed webhooks and processes every delivery exactly once.

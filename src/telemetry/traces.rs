@@ -54,8 +54,10 @@ pub struct TraceSettings {
 pub enum TraceError {
     #[error("the OTLP exporter's HTTP client: {0}")]
     Client(#[source] reqwest::Error),
-    #[error("the OTLP exporter: {0}")]
-    Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
+    /// Without the exporter's own message: it repeats the endpoint, whose
+    /// userinfo may hold a password.
+    #[error("the OTLP exporter cannot be built for this endpoint")]
+    Exporter,
     #[error("the spans could not be sent: {0}")]
     Export(#[source] opentelemetry_sdk::error::OTelSdkError),
 }
@@ -80,7 +82,7 @@ impl Traces {
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(settings.endpoint.clone())
             .build()
-            .map_err(TraceError::Exporter)?;
+            .map_err(|_| TraceError::Exporter)?;
         let resource = Resource::builder()
             .with_service_name(settings.service_name.clone())
             .build();

@@ -610,6 +610,8 @@ fn help_names_the_environment_every_route_and_every_option() {
         "IR_DATA_DIR",
         "IR_ADMIN_TOKENS",
         "IR_METRICS_TOKEN",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_SERVICE_NAME",
     ] {
         assert!(
             top.contains(variable),

@@ -12,9 +12,11 @@ use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
 use crate::store::queue::QUEUE_CHANNEL;
 use crate::store::{Claimed, DatabaseUrl, DbConn, Store, StoredResponse};
 use crate::telemetry::metrics::{self, Attempt, QueueGauges};
+use crate::telemetry::traces::{self, KeyValue};
 use crate::webhooks::{RunHandlers, Webhooks};
 use actix_web::http::StatusCode;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How often a process with workers samples the queue's gauges (depth,
 /// oldest age, paused) from the database: Prometheus's default scrape
@@ -100,8 +102,41 @@ async fn run_job(webhooks: &Webhooks, job: Job) -> Result<JobOutcome, EngineErro
             return job.run(&refusal, &policy).await;
         }
     };
+    // The worker's run is a trace of its own (the request's ended with the
+    // enqueue): a `job` span over its handlers and completion, at debug so
+    // that it is created only when exported.
+    let span = tracing::debug_span!("job");
+    traces::set_attributes(&span, || {
+        let mut attributes = vec![
+            KeyValue::new("webhook.endpoint", taken.endpoint.clone()),
+            KeyValue::new("webhook.delivery_id", traces::capped(&taken.delivery_id)),
+            KeyValue::new("webhook.attempt", i64::from(taken.attempts)),
+        ];
+        if let Some(event_type) = &event.event_type {
+            attributes.push(KeyValue::new(
+                "webhook.event_type",
+                traces::capped(event_type),
+            ));
+        }
+        attributes
+    });
     let operation = RunHandlers::new(endpoint, event, webhooks.engine().store().clock().clone());
-    job.run(&operation, &policy).await
+    let outcome = job.run(&operation, &policy).instrument(span.clone()).await;
+    let ended = match &outcome {
+        Ok(JobOutcome::Done) => "done",
+        Ok(JobOutcome::Retrying { .. }) => "retrying",
+        Ok(JobOutcome::Dead { .. }) => "dead",
+        Ok(JobOutcome::LeaseLost) => "lease_lost",
+        Err(error) => {
+            traces::set_error(&span, &error.to_string());
+            "failed"
+        }
+    };
+    traces::set_attributes(&span, || vec![KeyValue::new("webhook.outcome", ended)]);
+    if matches!(ended, "retrying" | "dead" | "lease_lost") {
+        traces::set_error(&span, ended);
+    }
+    outcome
 }
 
 /// The event the key was claimed with, told whether it is stale: older than

@@ -30,12 +30,13 @@ use tracing_subscriber::registry::LookupSpan;
 /// The service name when `OTEL_SERVICE_NAME` is unset.
 pub const DEFAULT_SERVICE_NAME: &str = "idempotent-receiver";
 
-/// The spans exported, by name: a delivery and its steps. Nothing else
+/// The spans exported, by name: a delivery and its steps, and a queued
+/// delivery's run on a worker (`job`). Nothing else
 /// (the `request` span of every route, the client libraries' spans, log
 /// events) reaches the exporter: a health probe or a metrics scrape is not a
 /// trace, and the exporter's own HTTP calls must not trace themselves.
 pub const DELIVERY_SPANS: &[&str] = &[
-    "webhook", "verify", "process", "claim", "handler", "complete",
+    "webhook", "verify", "process", "claim", "handler", "complete", "job",
 ];
 
 /// Set once an exporter is running, so that attributes are built only when

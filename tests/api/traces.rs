@@ -339,3 +339,45 @@ both_backends!(
         }
     }
 );
+
+/// A queued endpoint `q` whose worker the test drives.
+fn queued_and_forwarding(builder: TestAppBuilder) -> TestAppBuilder {
+    forwarding_to_the_collector(builder)
+        .top_level("queue_workers = 0\n")
+        .endpoints_toml(&format!(
+            "[endpoints.q]\nprovider = \"standard-webhooks\"\nsecrets = [\"{}\"]\nhandlers = [\"record\"]\nmode = \"queued\"\n",
+            crate::helpers::SECRET
+        ))
+}
+
+both_backends_with!(queued_and_forwarding;
+    async fn a_queued_delivery_is_traced_to_its_enqueue_and_its_run_is_a_job_trace(app) {
+        let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+        let accepted = app.deliver_to("q", &id, &payment("pay_queued", 100)).await;
+        assert_eq!(accepted.status(), 202);
+        let report = idempotent_receiver::maintenance::run_due(&app.webhooks, 100).await.unwrap();
+        assert_eq!(report.done, 1);
+
+        let of_this = |s: &ReceivedSpan| s.attribute("webhook.delivery_id").as_deref() == Some(&id);
+        let spans = wait_for(|spans| {
+            spans.iter().any(|s| of_this(s) && s.name() == "webhook")
+                && spans.iter().any(|s| of_this(s) && s.name() == "job")
+        })
+        .await;
+        let webhook = spans.iter().find(|s| of_this(s) && s.name() == "webhook").unwrap();
+        assert_eq!(webhook.attribute("webhook.endpoint").as_deref(), Some("q"));
+        assert_eq!(webhook.attribute("webhook.outcome").as_deref(), Some("processed"));
+        assert_eq!(webhook.attribute("http.response.status_code").as_deref(), Some("202"));
+        let job = spans.iter().find(|s| of_this(s) && s.name() == "job").unwrap();
+        assert_eq!(job.parent_span_id(), "", "the worker's run starts a trace");
+        assert_eq!(job.attribute("webhook.endpoint").as_deref(), Some("q"));
+        assert_eq!(job.attribute("webhook.event_type").as_deref(), Some("payment.succeeded"));
+        assert_eq!(job.attribute("webhook.attempt").as_deref(), Some("1"));
+        let run = in_trace(&spans, &job.trace_id());
+        let handler = one(&run, "handler");
+        assert_eq!(handler.parent_span_id(), job.span_id());
+        assert_eq!(handler.attribute("webhook.handler").as_deref(), Some("record"));
+        assert_eq!(job.attribute("webhook.outcome").as_deref(), Some("done"));
+        assert_eq!(job.status_code(), 0);
+    }
+);

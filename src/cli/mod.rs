@@ -195,6 +195,11 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     // before the process exits (and before main's own error line).
     let mut log = telemetry::init(cli.log_format, traces);
     let settings = settings?;
+    if let (Command::Serve, Some(traces)) = (&cli.command, &settings.traces) {
+        let endpoint = idempotent_receiver::secret::redact_url(&traces.endpoint);
+        let service = &traces.service_name;
+        tracing::info!(%endpoint, %service, "exporting traces over OTLP/HTTP");
+    }
     if cli.command.reads_database() {
         let origin = match (&database_url, matches.value_source("database_url")) {
             (Some(_), Some(ValueSource::CommandLine)) => "--database-url".to_owned(),

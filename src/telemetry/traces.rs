@@ -1,8 +1,9 @@
 //! OpenTelemetry traces, when `otlp_endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`)
 //! is set: the delivery spans ([`DELIVERY_SPANS`]) go from the tracing
 //! subscriber, through tracing-opentelemetry, to a batch processor that
-//! sends them over OTLP/HTTP with protobuf. Unset, none of this is built and
-//! the delivery's inner spans (at debug) are not even created.
+//! sends them over OTLP/HTTP with protobuf. Unset, none of this is built and,
+//! at the default log level, the delivery's inner spans (at debug) are not
+//! even created.
 //!
 //! A caller's W3C `traceparent` is continued ([`continue_trace`]), and the
 //! `forward` handler passes the current span's on ([`traceparent_headers`]).

@@ -181,11 +181,23 @@ mod tests {
     fn chart() -> Chart {
         Chart {
             title: "Deliveries".into(),
-            tooltips: vec!["10:00–10:30".into(), "10:30–11:00".into(), "11:00–11:30".into()],
+            tooltips: vec![
+                "10:00–10:30".into(),
+                "10:30–11:00".into(),
+                "11:00–11:30".into(),
+            ],
             axis_labels: vec!["10:00".into(), "10:30".into(), "11:00".into()],
             series: vec![
-                Series { name: "processed".into(), color: "#2e8540", values: vec![3, 0, 1] },
-                Series { name: "rejected:<b>x</b>".into(), color: "#c0392b", values: vec![1, 0, 0] },
+                Series {
+                    name: "processed".into(),
+                    color: "#2e8540",
+                    values: vec![3, 0, 1],
+                },
+                Series {
+                    name: "rejected:<b>x</b>".into(),
+                    color: "#c0392b",
+                    values: vec![1, 0, 0],
+                },
             ],
         }
     }
@@ -206,9 +218,15 @@ mod tests {
     fn each_non_zero_count_is_a_bar_with_its_figures_and_a_tooltip() {
         let svg = stacked_bars(&chart(), Size::Wide).into_string();
         assert_eq!(svg.matches("<rect").count(), 3, "{svg}");
-        assert!(svg.contains(r#"data-series="processed" data-count="3" data-bar="0""#), "{svg}");
+        assert!(
+            svg.contains(r#"data-series="processed" data-count="3" data-bar="0""#),
+            "{svg}"
+        );
         assert!(svg.contains(r#"data-count="1" data-bar="2""#), "{svg}");
-        assert!(svg.contains("<title>10:00–10:30 · processed: 3</title>"), "{svg}");
+        assert!(
+            svg.contains("<title>10:00–10:30 · processed: 3</title>"),
+            "{svg}"
+        );
         assert!(svg.contains(r#"data-total="5""#));
         assert!(svg.contains(r#"viewBox="0 0 960 280""#));
         assert!(svg.contains("width:100%"));
@@ -218,10 +236,19 @@ mod tests {
     fn stacked_bars_sit_on_each_other_and_the_tallest_reaches_the_axis_top() {
         let svg = stacked_bars(&chart(), Size::Narrow).into_string();
         // Axis top 4 (step 1); plot from y=12 to y=214.
-        assert!(svg.contains(r#"y="62.5" height="151.5""#), "processed 0..3: {svg}");
-        assert!(svg.contains(r#"y="12.0" height="50.5""#), "rejected 3..4: {svg}");
+        assert!(
+            svg.contains(r#"y="62.5" height="151.5""#),
+            "processed 0..3: {svg}"
+        );
+        assert!(
+            svg.contains(r#"y="12.0" height="50.5""#),
+            "rejected 3..4: {svg}"
+        );
         for tick in 0..=4 {
-            assert!(svg.contains(&format!(">{tick}</text>")), "tick {tick}: {svg}");
+            assert!(
+                svg.contains(&format!(">{tick}</text>")),
+                "tick {tick}: {svg}"
+            );
         }
     }
 

@@ -217,7 +217,11 @@ pub async fn fetch(
     for (outcome, bucket, n) in &by_bucket {
         for group in ["all", outcome.as_str()] {
             if group == "all" || group == PROCESSED || group == REPLAYED {
-                *buckets.entry(group).or_default().entry(*bucket).or_default() += n;
+                *buckets
+                    .entry(group)
+                    .or_default()
+                    .entry(*bucket)
+                    .or_default() += n;
             }
         }
     }

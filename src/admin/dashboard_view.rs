@@ -109,7 +109,9 @@ fn millis(ms: Option<f64>) -> String {
 
 fn age(seconds: Option<i64>) -> String {
     seconds
-        .map(|s| crate::duration_text::format_duration(std::time::Duration::from_secs(s.unsigned_abs())))
+        .map(|s| {
+            crate::duration_text::format_duration(std::time::Duration::from_secs(s.unsigned_abs()))
+        })
         .unwrap_or_else(|| "—".to_owned())
 }
 

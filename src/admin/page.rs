@@ -4,14 +4,14 @@
 use super::Admin;
 use super::auth::{Access, check_token, session_access};
 use super::auth::{actor, unauthorized};
+use super::dashboard::DashboardQuery;
+use super::dashboard_view;
 use super::detail::fetch_detail;
 use super::error::{AdminError, retry_after_secs};
 use super::listing::{ListQuery, fetch_page};
 use super::origin::same_origin;
 use super::outbox::{self, OutboxQuery, OutboxRetryQuery, RepublishQuery};
 use super::queue::{self, QueueQuery, RetryQuery};
-use super::dashboard::DashboardQuery;
-use super::dashboard_view;
 use super::views::LoginNotice;
 use super::{session, views};
 use actix_web::cookie::{Cookie, SameSite, time::Duration as CookieAge};
@@ -81,7 +81,10 @@ async fn dashboard(admin: web::Data<Admin>, request: HttpRequest) -> HttpRespons
         super::dashboard::fetch(&admin.store, webhooks, &wanted).await
     };
     match figures.await {
-        Ok(figures) => html(StatusCode::OK, dashboard_view::dashboard(&query, Ok(figures))),
+        Ok(figures) => html(
+            StatusCode::OK,
+            dashboard_view::dashboard(&query, Ok(figures)),
+        ),
         Err(error @ AdminError::BadParameter { .. }) => html(
             StatusCode::BAD_REQUEST,
             dashboard_view::dashboard(&query, Err(error.to_string())),

@@ -186,11 +186,7 @@ fn traffic_flush_interval(
     raw: Option<&String>,
     source: Source<'_>,
 ) -> Result<Duration, ConfigError> {
-    let every = source.duration(
-        "traffic_flush_interval",
-        raw,
-        crate::traffic::FLUSH_EVERY,
-    )?;
+    let every = source.duration("traffic_flush_interval", raw, crate::traffic::FLUSH_EVERY)?;
     if every.is_zero() {
         return Err(source.invalid("traffic_flush_interval", "must be above zero"));
     }
@@ -284,7 +280,8 @@ impl Settings {
             };
             from.invalid(key, message)
         };
-        let traffic_flush_interval = traffic_flush_interval(raw.traffic_flush_interval.as_ref(), source)?;
+        let traffic_flush_interval =
+            traffic_flush_interval(raw.traffic_flush_interval.as_ref(), source)?;
         let admin = AdminSettings::parse(raw.admin_tokens, raw.admin_listen, raw.admin_login, env)
             .map_err(|e| from_module(e.key, e.from_environment, e.message))?;
         let metrics = MetricsSettings::parse(raw.metrics_token, env)

@@ -68,7 +68,10 @@ mod tests {
         assert_eq!(upper_bound_micros(LAST), 104_857_600);
         for bucket in 1..=LAST {
             let ratio = upper_bound_micros(bucket) as f64 / upper_bound_micros(bucket - 1) as f64;
-            assert!((ratio - std::f64::consts::SQRT_2).abs() < 0.01, "{bucket}: {ratio}");
+            assert!(
+                (ratio - std::f64::consts::SQRT_2).abs() < 0.01,
+                "{bucket}: {ratio}"
+            );
         }
     }
 
@@ -90,10 +93,22 @@ mod tests {
         // 98 fast (≤ 1.6 ms), 2 slow (≤ 409.6 ms).
         buckets.insert(bucket_of(Duration::from_millis(1)), 98);
         buckets.insert(bucket_of(Duration::from_millis(300)), 2);
-        assert_eq!(percentile(&buckets, 0.5), Some(Duration::from_micros(1_131)));
-        assert_eq!(percentile(&buckets, 0.98), Some(Duration::from_micros(1_131)));
-        assert_eq!(percentile(&buckets, 0.99), Some(Duration::from_micros(409_600)));
-        assert_eq!(percentile(&buckets, 1.0), Some(Duration::from_micros(409_600)));
+        assert_eq!(
+            percentile(&buckets, 0.5),
+            Some(Duration::from_micros(1_131))
+        );
+        assert_eq!(
+            percentile(&buckets, 0.98),
+            Some(Duration::from_micros(1_131))
+        );
+        assert_eq!(
+            percentile(&buckets, 0.99),
+            Some(Duration::from_micros(409_600))
+        );
+        assert_eq!(
+            percentile(&buckets, 1.0),
+            Some(Duration::from_micros(409_600))
+        );
     }
 
     #[test]
@@ -103,7 +118,10 @@ mod tests {
             buckets.insert(bucket_of(Duration::from_micros(micros)), 1);
             let reported = percentile(&buckets, 0.5).unwrap().as_micros() as f64;
             assert!(reported >= micros as f64, "{micros}");
-            assert!(reported <= micros as f64 * std::f64::consts::SQRT_2 + 1.0, "{micros}");
+            assert!(
+                reported <= micros as f64 * std::f64::consts::SQRT_2 + 1.0,
+                "{micros}"
+            );
         }
     }
 }

@@ -112,7 +112,8 @@ impl Traffic {
 
     /// Takes the counts gathered so far, leaving none.
     fn take(&self) -> Vec<TrafficCount> {
-        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        let pending =
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
         pending
             .into_iter()
             .flat_map(|(endpoint, counts)| {
@@ -141,7 +142,11 @@ impl Traffic {
             let slot = pending
                 .entry(count.endpoint)
                 .or_default()
-                .entry((count.minute, Outcome(Cow::Owned(count.outcome)), count.bucket))
+                .entry((
+                    count.minute,
+                    Outcome(Cow::Owned(count.outcome)),
+                    count.bucket,
+                ))
                 .or_insert(0);
             *slot = slot.saturating_add(count.count);
         }
@@ -225,7 +230,9 @@ mod tests {
         clock.advance(Duration::from_secs(60));
         traffic.record("shop", Outcome::processed(), fast);
         let mut counts = traffic.take();
-        counts.sort_by(|a, b| (&a.endpoint, a.minute, &a.outcome).cmp(&(&b.endpoint, b.minute, &b.outcome)));
+        counts.sort_by(|a, b| {
+            (&a.endpoint, a.minute, &a.outcome).cmp(&(&b.endpoint, b.minute, &b.outcome))
+        });
         let seen: Vec<(&str, &str, i32, i32)> = counts
             .iter()
             .map(|c| (c.endpoint.as_str(), c.outcome.as_str(), c.bucket, c.count))
@@ -233,9 +240,19 @@ mod tests {
         assert_eq!(
             seen,
             [
-                ("other", "replayed", latency::bucket_of(Duration::from_secs(2)), 1),
+                (
+                    "other",
+                    "replayed",
+                    latency::bucket_of(Duration::from_secs(2)),
+                    1
+                ),
                 ("shop", "processed", latency::bucket_of(fast), 2),
-                ("shop", "rejected:invalid-signature", latency::bucket_of(fast), 1),
+                (
+                    "shop",
+                    "rejected:invalid-signature",
+                    latency::bucket_of(fast),
+                    1
+                ),
                 ("shop", "processed", latency::bucket_of(fast), 1),
             ]
         );

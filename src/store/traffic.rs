@@ -50,6 +50,25 @@ fn upsert_sql(rows: usize, postgres: bool) -> String {
     sql
 }
 
+/// The counters of minutes from `$since` on, of `$endpoint` (or every
+/// endpoint), summed per (`$a`, `$b`): the dashboard's two reads differ
+/// only in what they group by.
+macro_rules! summed_by {
+    ($conn:expr, $since:expr, $endpoint:expr, $a:expr, $b:expr) => {
+        with_conn!($conn, |c| {
+            let mut query = traffic::table
+                .filter(traffic::minute.ge($since))
+                .group_by(($a, $b))
+                .select(($a, $b, diesel::dsl::sum(traffic::count)))
+                .into_boxed();
+            if let Some(endpoint) = $endpoint {
+                query = query.filter(traffic::endpoint.eq(endpoint));
+            }
+            query.load(c).await
+        })
+    };
+}
+
 /// SQLite allows 32,766 bound values per statement; five per row.
 const ROWS_PER_STATEMENT: usize = 5_000;
 
@@ -79,28 +98,14 @@ impl DbConn {
     }
 
     /// From minute `since` on, for `endpoint` (or every endpoint): how many
-    /// deliveries each minute had of each outcome, by minute.
+    /// deliveries each minute had of each outcome (in no particular order).
     pub async fn traffic_by_minute(
         &mut self,
         since: i64,
         endpoint: Option<&str>,
     ) -> Result<Vec<(i64, String, i64)>, StoreError> {
-        let rows: Vec<(i64, String, Option<i64>)> = with_conn!(self, |c| {
-            let mut query = traffic::table
-                .filter(traffic::minute.ge(since))
-                .group_by((traffic::minute, traffic::outcome))
-                .select((
-                    traffic::minute,
-                    traffic::outcome,
-                    diesel::dsl::sum(traffic::count),
-                ))
-                .order(traffic::minute.asc())
-                .into_boxed();
-            if let Some(endpoint) = endpoint {
-                query = query.filter(traffic::endpoint.eq(endpoint));
-            }
-            query.load(c).await
-        })?;
+        let rows: Vec<(i64, String, Option<i64>)> =
+            summed_by!(self, since, endpoint, traffic::minute, traffic::outcome)?;
         Ok(rows
             .into_iter()
             .map(|(minute, outcome, n)| (minute, outcome, n.unwrap_or(0)))
@@ -114,21 +119,8 @@ impl DbConn {
         since: i64,
         endpoint: Option<&str>,
     ) -> Result<Vec<(String, i32, i64)>, StoreError> {
-        let rows: Vec<(String, i32, Option<i64>)> = with_conn!(self, |c| {
-            let mut query = traffic::table
-                .filter(traffic::minute.ge(since))
-                .group_by((traffic::outcome, traffic::bucket))
-                .select((
-                    traffic::outcome,
-                    traffic::bucket,
-                    diesel::dsl::sum(traffic::count),
-                ))
-                .into_boxed();
-            if let Some(endpoint) = endpoint {
-                query = query.filter(traffic::endpoint.eq(endpoint));
-            }
-            query.load(c).await
-        })?;
+        let rows: Vec<(String, i32, Option<i64>)> =
+            summed_by!(self, since, endpoint, traffic::outcome, traffic::bucket)?;
         Ok(rows
             .into_iter()
             .map(|(outcome, bucket, n)| (outcome, bucket, n.unwrap_or(0)))

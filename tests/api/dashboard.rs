@@ -186,7 +186,8 @@ both_backends_with!(admin;
             .await
             .unwrap();
         conn.add_traffic(&[counter(now, 3)]).await.unwrap();
-        let rows = conn.traffic_by_minute(now - 10 * 86_400, Some(ENDPOINT)).await.unwrap();
+        let mut rows = conn.traffic_by_minute(now - 10 * 86_400, Some(ENDPOINT)).await.unwrap();
+        rows.sort();
         assert_eq!(
             rows,
             [
@@ -199,7 +200,8 @@ both_backends_with!(admin;
         let options = PurgeOptions::from_settings(&app.settings.purge);
         purge(&app.store, &app.settings.retention_policy(), &options).await.unwrap();
         let mut conn = app.store.conn().await.expect("a connection");
-        let rows = conn.traffic_by_minute(now - 10 * 86_400, None).await.unwrap();
+        let mut rows = conn.traffic_by_minute(now - 10 * 86_400, None).await.unwrap();
+        rows.sort();
         assert_eq!(
             rows,
             [

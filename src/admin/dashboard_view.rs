@@ -115,17 +115,19 @@ fn age(seconds: Option<i64>) -> String {
         .unwrap_or_else(|| "—".to_owned())
 }
 
-pub fn dashboard(query: &DashboardQuery, dashboard: Result<Dashboard, String>) -> Markup {
+/// The page for `query`: its figures, or why there are none; `endpoints`
+/// (the configured ones) fill the selector either way.
+pub fn dashboard(
+    query: &DashboardQuery,
+    endpoints: &[String],
+    dashboard: Result<Dashboard, String>,
+) -> Markup {
     let chosen_endpoint = query.endpoint.clone().unwrap_or_default();
     let chosen_window = query
         .window
         .clone()
         .filter(|w| !w.trim().is_empty())
         .unwrap_or_else(|| super::dashboard::DEFAULT_WINDOW.to_owned());
-    let endpoints = dashboard
-        .as_ref()
-        .map(|d| d.endpoints.clone())
-        .unwrap_or_default();
     layout(
         "Dashboard",
         true,
@@ -136,7 +138,7 @@ pub fn dashboard(query: &DashboardQuery, dashboard: Result<Dashboard, String>) -
                 label { "Endpoint"
                     select name="endpoint" id="endpoint" {
                         option value="" selected[chosen_endpoint.is_empty()] { "all endpoints" }
-                        @for name in &endpoints {
+                        @for name in endpoints {
                             option value=(name) selected[*name == chosen_endpoint] { (name) }
                         }
                     }

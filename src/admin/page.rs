@@ -76,6 +76,8 @@ async fn dashboard(admin: web::Data<Admin>, request: HttpRequest) -> HttpRespons
         .map(web::Query::into_inner)
         .unwrap_or_default();
     let webhooks = admin.republisher.webhooks();
+    let mut endpoints: Vec<String> = webhooks.endpoints().map(|e| e.name.clone()).collect();
+    endpoints.sort();
     let figures = async {
         let wanted = query.validate(webhooks)?;
         super::dashboard::fetch(&admin.store, webhooks, &wanted).await
@@ -83,11 +85,11 @@ async fn dashboard(admin: web::Data<Admin>, request: HttpRequest) -> HttpRespons
     match figures.await {
         Ok(figures) => html(
             StatusCode::OK,
-            dashboard_view::dashboard(&query, Ok(figures)),
+            dashboard_view::dashboard(&query, &endpoints, Ok(figures)),
         ),
         Err(error @ AdminError::BadParameter { .. }) => html(
             StatusCode::BAD_REQUEST,
-            dashboard_view::dashboard(&query, Err(error.to_string())),
+            dashboard_view::dashboard(&query, &endpoints, Err(error.to_string())),
         ),
         Err(error) => error.to_response(),
     }

@@ -227,6 +227,7 @@ both_backends_with!(admin;
         let (status, html) = page(app, "/admin?window=2h", &cookie).await;
         assert_eq!(status, 400);
         assert!(html.contains("id=\"query-error\""), "{html}");
+        assert!(html.contains("<option value=\"shop\">shop</option>"), "the selector still offers the endpoints");
         let (status, html) = page(app, "/admin", &cookie).await;
         assert_eq!(status, 200);
         assert!(html.contains("id=\"no-traffic\""), "{html}");

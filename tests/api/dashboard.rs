@@ -242,3 +242,41 @@ both_backends_with!(admin;
         assert!(openapi["paths"]["/admin/dashboard.json"]["get"].is_object());
     }
 );
+
+/// A queued endpoint `q` whose jobs wait: no worker runs in this process.
+fn admin_queued(builder: TestAppBuilder) -> TestAppBuilder {
+    admin(builder).top_level("queue_workers = 0").endpoints_toml(&format!(
+        "[endpoints.q]\nprovider = \"standard-webhooks\"\nsecrets = [\"{}\"]\nhandlers = [\"record\"]\nmode = \"queued\"\nmax_attempts = 2\n",
+        crate::helpers::SECRET
+    ))
+}
+
+both_backends_with!(admin_queued;
+    async fn a_queued_endpoints_waiting_jobs_and_their_age_are_on_the_dashboard(app) {
+        for id in ["msg_q1", "msg_q2"] {
+            assert_eq!(app.deliver_to("q", id, &payment(id, 5)).await.status(), 202);
+        }
+        app.clock.advance(std::time::Duration::from_secs(90));
+        flush(app).await;
+        let figures = app.admin_json("/admin/dashboard.json?endpoint=q&window=1h").await;
+        assert_eq!(figures["totals"]["processed"], 2, "acknowledged once committed: {figures}");
+        let queue = figures["queue"].as_array().unwrap();
+        assert_eq!(queue.len(), 1, "{figures}");
+        assert_eq!(queue[0]["endpoint"], "q");
+        assert_eq!(queue[0]["queued"], 2);
+        assert_eq!(queue[0]["dead"], 0);
+        let age = queue[0]["oldest_age_seconds"].as_i64().unwrap();
+        assert!((90..3600).contains(&age), "{age}");
+        let retries = figures["settings"][0]["queue_retries"].as_str().unwrap();
+        assert!(retries.starts_with("2 attempts within"), "{retries}");
+        assert_eq!(figures["outbox"], serde_json::json!([]));
+        // An inline endpoint shows no queue.
+        let shop = app.admin_json(&format!("/admin/dashboard.json?endpoint={ENDPOINT}")).await;
+        assert_eq!(shop["queue"], serde_json::json!([]));
+
+        let cookie = session(app).await;
+        let (status, html) = page(app, "/admin?endpoint=q&window=1h", &cookie).await;
+        assert_eq!(status, 200);
+        assert!(html.contains("<tr data-endpoint=\"q\"><td>q</td><td>2</td>"), "{html}");
+    }
+);

@@ -280,3 +280,30 @@ both_backends_with!(admin_queued;
         assert!(html.contains("<tr data-endpoint=\"q\"><td>q</td><td>2</td>"), "{html}");
     }
 );
+
+/// Every delivery publishes to `bus`, which no relay in this process sends.
+fn admin_publishing(builder: TestAppBuilder) -> TestAppBuilder {
+    admin(builder)
+        .top_level("outbox_relay = false")
+        .handler_name("publish:bus")
+        .endpoints_toml(crate::outbox::UNREACHABLE)
+}
+
+both_backends_with!(admin_publishing;
+    async fn the_outboxs_unsent_publications_and_their_age_are_on_the_dashboard(app) {
+        assert_eq!(app.deliver("msg_o1", &payment("pay_o1", 5)).await.status(), 200);
+        app.clock.advance(std::time::Duration::from_secs(60));
+        let figures = app.admin_json("/admin/dashboard.json").await;
+        let outbox = figures["outbox"].as_array().unwrap();
+        assert_eq!(outbox.len(), 1, "{figures}");
+        assert_eq!(outbox[0]["publisher"], "bus");
+        assert_eq!(outbox[0]["pending"], 1);
+        assert_eq!(outbox[0]["failed"], 0);
+        let age = outbox[0]["oldest_age_seconds"].as_i64().unwrap();
+        assert!((60..3600).contains(&age), "{age}");
+        let cookie = session(app).await;
+        let (status, html) = page(app, "/admin", &cookie).await;
+        assert_eq!(status, 200);
+        assert!(html.contains("<tr data-publisher=\"bus\"><td>bus</td><td>1</td><td>0</td>"), "{html}");
+    }
+);

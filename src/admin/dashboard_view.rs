@@ -22,6 +22,7 @@ ul.legend{display:flex;flex-wrap:wrap;gap:.3rem 1rem;list-style:none;padding:0;m
 .chart-narrow{display:none}
 @media (max-width:600px){.chart-wide{display:none}.chart-narrow{display:block}}
 table.wrap{white-space:normal}
+@media (max-width:600px){table.wrap thead{display:none}table.wrap tr{display:block;border-bottom:1px solid #eceff3}table.wrap td{display:grid;grid-template-columns:7.5rem 1fr;gap:.5rem;border:0}table.wrap td::before{content:attr(data-label);color:#4a5263;font-size:.8rem}}
 "#;
 
 /// Colours for outcome kinds; reasons of one kind take the kind's
@@ -197,16 +198,16 @@ fn body(dashboard: &Dashboard) -> Markup {
                 tbody {
                     @for facts in &dashboard.settings {
                         tr data-endpoint=(facts.endpoint) {
-                            td { (facts.endpoint) }
-                            td { (facts.provider) }
-                            td { (facts.retry_window) }
-                            td {
+                            td data-label="Endpoint" { (facts.endpoint) }
+                            td data-label="Provider" { (facts.provider) }
+                            td data-label="Provider retries for" { (facts.retry_window) }
+                            td data-label="Retention" {
                                 (facts.retention)
                                 @if facts.retention_covers_retries == Some(false) {
                                     " " strong.short { "(shorter than the retries)" }
                                 }
                             }
-                            td { (facts.queue_retries.as_deref().unwrap_or("— (inline)")) }
+                            td data-label="Queue retries" { (facts.queue_retries.as_deref().unwrap_or("— (inline)")) }
                         }
                     }
                 }

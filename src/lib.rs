@@ -73,4 +73,5 @@ pub mod secret;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod traffic;
 pub mod webhooks;

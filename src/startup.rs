@@ -174,6 +174,8 @@ pub struct Application {
     relay: (Vec<PublisherSettings>, RelaySettings),
     /// The admin surface's own server, when `admin_listen` is set.
     admin: Option<(Server, u16)>,
+    /// How often the dashboard's traffic counters are flushed.
+    traffic_flush: Duration,
 }
 
 impl Application {
@@ -326,6 +328,7 @@ impl Application {
             queue,
             relay,
             admin,
+            traffic_flush: settings.traffic_flush_interval,
         })
     }
 
@@ -362,6 +365,9 @@ impl Application {
             webhooks.outbox_signal().clone(),
         );
         let notifier = spawn_notifier(webhooks.clone());
+        let traffic = webhooks
+            .traffic()
+            .spawn_flusher(self.store.clone(), self.traffic_flush);
         let workers = QueueWorkers::spawn(webhooks, count, poll)?;
         let purge = self.purge.map(PurgeTask::spawn);
         // The admin server lives as long as the main one, and no longer.
@@ -386,6 +392,8 @@ impl Application {
         if let Some(notifier) = notifier {
             notifier.abort();
         }
+        // Last: what the final requests and jobs counted is written too.
+        traffic.stop().await;
         if let Some((task, handle)) = admin {
             handle.stop(true).await;
             let _ = task.await;

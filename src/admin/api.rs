@@ -3,6 +3,7 @@
 
 use super::Admin;
 use super::auth::actor;
+use super::dashboard::{Dashboard, DashboardQuery};
 use super::detail::fetch_detail;
 use super::error::AdminError;
 use super::listing::{ListQuery, fetch_page};
@@ -25,6 +26,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::get().to(detail),
         )
         .route("/stats", web::get().to(stats))
+        .route("/dashboard.json", web::get().to(dashboard))
         .route("/queue", web::get().to(queue_list))
         .route("/queue/retry", web::post().to(queue_retry_matching))
         .route(
@@ -98,6 +100,34 @@ pub async fn detail(admin: web::Data<Admin>, path: web::Path<(String, String)>) 
     let (endpoint, delivery_id) = path.into_inner();
     match fetch_detail(&admin.store, &endpoint, &delivery_id).await {
         Ok(record) => HttpResponse::Ok().json(DeliveryView::from(record)),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// The dashboard's figures: deliveries by outcome over a window (from the
+/// traffic counters, flushed every `traffic_flush_interval`), the replay
+/// ratio, p50/p99 processing times, retry windows, retention and backlogs.
+#[utoipa::path(
+    get,
+    tag = "admin",
+    path = "/admin/dashboard.json",
+    params(DashboardQuery),
+    responses(
+        (status = 200, description = "The dashboard's figures", body = Dashboard),
+        (status = 400, description = "An unknown endpoint or window", content_type = "application/problem+json"),
+        (status = 401, description = "No valid admin token", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn dashboard(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    let figures = async {
+        let query: DashboardQuery = query(&request)?;
+        let webhooks = admin.republisher.webhooks();
+        let wanted = query.validate(webhooks)?;
+        super::dashboard::fetch(&admin.store, webhooks, &wanted).await
+    };
+    match figures.await {
+        Ok(figures) => HttpResponse::Ok().json(figures),
         Err(error) => error.to_response(),
     }
 }

@@ -1,5 +1,6 @@
 //! The operator surface over the stored keys: a JSON API (`/admin/deliveries`,
-//! `/admin/stats`, `/admin/openapi.json`), a web page (`/admin`) and the
+//! `/admin/stats`, `/admin/dashboard.json`, `/admin/openapi.json`), web
+//! pages (the dashboard at `/admin`, the listing at `/admin/list`) and the
 //! `list` command's table. Nothing here changes a key; the queue's actions
 //! (`/admin/queue`, the page's `/admin/jobs`, the `queue` command) change
 //! only jobs and pauses of queued endpoints ([`queue`]), and the outbox's
@@ -16,7 +17,10 @@
 
 mod api;
 mod auth;
+mod chart;
 mod cursor;
+mod dashboard;
+mod dashboard_view;
 mod detail;
 mod error;
 pub mod limiter;
@@ -35,6 +39,7 @@ mod tokens;
 mod views;
 
 pub use crate::bearer::{MIN_TOKEN_LEN, constant_time_eq};
+pub use dashboard::{Dashboard, DashboardQuery};
 pub use detail::{KeyRecord, fetch_detail};
 pub use error::AdminError;
 pub use limiter::LoginLimits;

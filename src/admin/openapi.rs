@@ -1,7 +1,7 @@
 //! The admin API's OpenAPI document, generated from the handlers' and
 //! types' annotations, so that it cannot drift from the code.
 
-use super::{api, model, outbox, queue};
+use super::{api, dashboard, model, outbox, queue};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -15,6 +15,7 @@ use utoipa::{Modify, OpenApi};
         api::list,
         api::detail,
         api::stats,
+        api::dashboard,
         api::queue_list,
         api::queue_retry,
         api::queue_cancel,
@@ -34,6 +35,12 @@ use utoipa::{Modify, OpenApi};
         model::HistoryItem,
         model::Stats,
         model::EndpointStats,
+        dashboard::Dashboard,
+        dashboard::Latency,
+        dashboard::Slot,
+        dashboard::EndpointFacts,
+        dashboard::QueueDepth,
+        dashboard::OutboxDepth,
         queue::QueueListing,
         queue::QueueJob,
         queue::PausedEndpoint,

@@ -1,9 +1,11 @@
-//! The admin web page: log in once with a token, then browse the listing
-//! and open keys. Server-rendered HTML, no JavaScript.
+//! The admin web pages: log in once with a token, land on the dashboard,
+//! browse the listing and open keys. Server-rendered HTML, no JavaScript.
 
 use super::Admin;
 use super::auth::{Access, check_token, session_access};
 use super::auth::{actor, unauthorized};
+use super::dashboard::DashboardQuery;
+use super::dashboard_view;
 use super::detail::fetch_detail;
 use super::error::{AdminError, retry_after_secs};
 use super::listing::{ListQuery, fetch_page};
@@ -21,8 +23,9 @@ use maud::Markup;
 use serde::Deserialize;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("", web::get().to(index))
-        .route("/", web::get().to(index))
+    cfg.route("", web::get().to(dashboard))
+        .route("/", web::get().to(dashboard))
+        .route("/list", web::get().to(index))
         .route("/login", web::get().to(login_form))
         .route("/login", web::post().to(login))
         .route("/logout", web::post().to(logout))
@@ -63,6 +66,36 @@ fn without_session(admin: &Admin, request: &HttpRequest) -> Option<HttpResponse>
     }
 }
 
+/// The landing page: deliveries by outcome over a window, latencies,
+/// retry windows, retention and backlogs (see [`super::dashboard`]).
+async fn dashboard(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
+    if let Some(refusal) = without_session(&admin, &request) {
+        return refusal;
+    }
+    let query = web::Query::<DashboardQuery>::from_query(request.query_string())
+        .map(web::Query::into_inner)
+        .unwrap_or_default();
+    let webhooks = admin.republisher.webhooks();
+    let mut endpoints: Vec<String> = webhooks.endpoints().map(|e| e.name.clone()).collect();
+    endpoints.sort();
+    let figures = async {
+        let wanted = query.validate(webhooks)?;
+        super::dashboard::fetch(&admin.store, webhooks, &wanted).await
+    };
+    match figures.await {
+        Ok(figures) => html(
+            StatusCode::OK,
+            dashboard_view::dashboard(&query, &endpoints, Ok(figures)),
+        ),
+        Err(error @ AdminError::BadParameter { .. }) => html(
+            StatusCode::BAD_REQUEST,
+            dashboard_view::dashboard(&query, &endpoints, Err(error.to_string())),
+        ),
+        Err(error) => error.to_response(),
+    }
+}
+
+/// The listing of stored keys, filtered and paged.
 async fn index(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
     if let Some(refusal) = without_session(&admin, &request) {
         return refusal;

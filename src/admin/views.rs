@@ -66,7 +66,7 @@ pub fn detail_href(endpoint: &str, delivery_id: &str) -> String {
     format!("/admin/view/{}/{}", encode(endpoint), encode(delivery_id))
 }
 
-fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
+pub(super) fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -80,6 +80,7 @@ fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
                 header {
                     a href="/admin" { "idempotent-receiver · admin" }
                     @if logged_in {
+                        a href="/admin/list" id="deliveries-link" { "Deliveries" }
                         a href="/admin/jobs" id="queue-link" { "Queue" }
                         a href="/admin/publications" id="outbox-link" { "Outbox" }
                         form method="post" action="/admin/logout" {
@@ -158,7 +159,7 @@ pub fn listing(query: &ListQuery, page: Result<Page, String>) -> Markup {
         true,
         html! {
             h1 { "Deliveries" }
-            form.filters method="get" action="/admin" id="filters" {
+            form.filters method="get" action="/admin/list" id="filters" {
                 label { "Endpoint" input name="endpoint" value=(value(&query.endpoint)); }
                 label { "Status"
                     select name="status" {
@@ -195,10 +196,10 @@ pub fn listing(query: &ListQuery, page: Result<Page, String>) -> Markup {
                     }
                     nav.pager {
                         @if query.cursor.as_deref().is_some_and(|c| !c.is_empty()) {
-                            a id="first-page" href={ "/admin?" (filters) } { "« First page" }
+                            a id="first-page" href={ "/admin/list?" (filters) } { "« First page" }
                         }
                         @if let Some(next) = &page.next_cursor {
-                            a id="next-page" href={ "/admin?" (filters) @if !filters.is_empty() { "&" } "cursor=" (encode(next)) } { "Next page »" }
+                            a id="next-page" href={ "/admin/list?" (filters) @if !filters.is_empty() { "&" } "cursor=" (encode(next)) } { "Next page »" }
                         }
                     }
                 }
@@ -237,7 +238,7 @@ pub fn detail(record: &KeyRecord) -> Markup {
         &row.delivery_id,
         true,
         html! {
-            p { a href="/admin" id="back" { "« All deliveries" } }
+            p { a href="/admin/list" id="back" { "« All deliveries" } }
             h1 id="delivery-id" { (row.delivery_id) }
             dl id="summary" {
                 dt { "Endpoint" } dd { (row.endpoint) }
@@ -290,7 +291,7 @@ pub fn not_found(message: &str) -> Markup {
         "Not found",
         true,
         html! {
-            p { a href="/admin" { "« All deliveries" } }
+            p { a href="/admin/list" { "« All deliveries" } }
             p.notice id="not-found" { (message) }
         },
     )
@@ -336,7 +337,7 @@ pub fn queue(
         "Queue",
         true,
         html! {
-            p { a href="/admin" id="back" { "« All deliveries" } }
+            p { a href="/admin/list" id="back" { "« All deliveries" } }
             h1 { "Queue" }
             form.filters method="get" action="/admin/jobs" id="queue-filters" {
                 label { "Endpoint" input name="endpoint" value=(value(&query.endpoint)); }
@@ -483,7 +484,7 @@ pub fn outbox(query: &OutboxQuery, listing: Result<&OutboxListing, String>) -> M
         "Outbox",
         true,
         html! {
-            p { a href="/admin" id="back" { "« All deliveries" } }
+            p { a href="/admin/list" id="back" { "« All deliveries" } }
             h1 { "Outbox" }
             form.filters method="get" action="/admin/publications" id="outbox-filters" {
                 label { "Publisher" input name="publisher" value=(value(&query.publisher)); }

@@ -72,10 +72,11 @@ enum Command {
     /// Routes: POST /webhooks/{endpoint} (each configured endpoint); POST /payments
     /// (Idempotency-Key) and GET /payments/{id}; GET /healthz (the process is up);
     /// GET /readyz (the database answers); GET /metrics (Prometheus text); and, once an
-    /// admin token is configured, /admin (the page, /admin/login, /admin/logout) and
-    /// its API /admin/deliveries, /admin/deliveries/{endpoint}/{delivery_id},
-    /// /admin/stats, /admin/queue (and its retry, cancel, pause and resume actions),
-    /// /admin/outbox (and its retry; a delivery's republish) and /admin/openapi.json,
+    /// admin token is configured, /admin (the dashboard, /admin/list, /admin/login,
+    /// /admin/logout) and its API /admin/deliveries,
+    /// /admin/deliveries/{endpoint}/{delivery_id}, /admin/stats, /admin/dashboard.json,
+    /// /admin/queue (and its retry, cancel, pause and resume actions), /admin/outbox
+    /// (and its retry; a delivery's republish) and /admin/openapi.json,
     /// on `admin_listen` if set.
     #[command(after_help = ENVIRONMENT)]
     Serve,

@@ -89,6 +89,9 @@ pub struct Settings {
     /// (a wake-up normally comes first: this process's own enqueue, or
     /// PostgreSQL's `NOTIFY` from another instance).
     pub queue_poll: Duration,
+    /// How often the dashboard's traffic counters are written to the
+    /// database (`traffic_flush_interval`).
+    pub traffic_flush_interval: Duration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub shutdown_grace: Duration,
     pub purge: PurgeSettings,
@@ -137,6 +140,7 @@ struct RawSettings {
     reconcile_interval: Option<String>,
     queue_workers: Option<usize>,
     queue_poll: Option<String>,
+    traffic_flush_interval: Option<String>,
     shutdown_grace: Option<String>,
     admin_tokens: Option<Vec<String>>,
     admin_listen: Option<String>,
@@ -180,6 +184,19 @@ fn relay(raw: &RawSettings, source: Source<'_>) -> Result<RelaySettings, ConfigE
         return Err(source.invalid("outbox_lease", "must be above zero"));
     }
     Ok(relay)
+}
+
+/// `traffic_flush_interval`: above zero, since the counters reach the
+/// dashboard only through the flush.
+fn traffic_flush_interval(
+    raw: Option<&String>,
+    source: Source<'_>,
+) -> Result<Duration, ConfigError> {
+    let every = source.duration("traffic_flush_interval", raw, crate::traffic::FLUSH_EVERY)?;
+    if every.is_zero() {
+        return Err(source.invalid("traffic_flush_interval", "must be above zero"));
+    }
+    Ok(every)
 }
 
 impl Settings {
@@ -269,6 +286,8 @@ impl Settings {
             };
             from.invalid(key, message)
         };
+        let traffic_flush_interval =
+            traffic_flush_interval(raw.traffic_flush_interval.as_ref(), source)?;
         let admin = AdminSettings::parse(raw.admin_tokens, raw.admin_listen, raw.admin_login, env)
             .map_err(|e| from_module(e.key, e.from_environment, e.message))?;
         let metrics = MetricsSettings::parse(raw.metrics_token, env)
@@ -304,6 +323,7 @@ impl Settings {
                 raw.queue_poll.as_ref(),
                 DEFAULT_QUEUE_POLL,
             )?,
+            traffic_flush_interval,
             source: file.to_owned(),
             listen,
             database,

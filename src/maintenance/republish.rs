@@ -124,6 +124,12 @@ impl Republisher {
         }
     }
 
+    /// The endpoints this process serves (the admin dashboard shows their
+    /// settings).
+    pub fn webhooks(&self) -> &Webhooks {
+        &self.webhooks
+    }
+
     /// What wakes the relays of this process.
     pub fn outbox_signal(&self) -> &crate::publishers::OutboxSignal {
         self.webhooks.outbox_signal()

@@ -17,6 +17,7 @@ mod prepared;
 pub mod queue;
 mod replay_cache;
 pub mod schema;
+pub mod traffic;
 
 use crate::clock::SharedClock;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};

@@ -127,6 +127,16 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    traffic (endpoint, minute, outcome, bucket) {
+        endpoint -> Text,
+        minute -> BigInt,
+        outcome -> Text,
+        bucket -> Integer,
+        count -> Integer,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     deliveries,
     delivery_history,
@@ -137,4 +147,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     payments,
     queue_jobs,
     queue_pauses,
+    traffic,
 );

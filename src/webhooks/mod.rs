@@ -21,6 +21,7 @@ use crate::publishers::OutboxSignal;
 use crate::reply;
 use crate::telemetry::metrics::{self, Conflict};
 use crate::telemetry::request_id::{AnswerLogged, millis};
+use crate::traffic::{self, Traffic};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -72,6 +73,9 @@ pub struct Webhooks {
     queue_enqueued: Arc<tokio::sync::Notify>,
     /// Wakes the relay when publications were committed.
     outbox: OutboxSignal,
+    /// What the dashboard draws: each answer's outcome and time, counted
+    /// in memory and flushed apart from the requests.
+    traffic: Traffic,
 }
 
 impl Webhooks {
@@ -80,13 +84,15 @@ impl Webhooks {
             .into_iter()
             .map(|e| (e.name.clone(), Arc::new(e)))
             .collect();
+        let engine_clock = engine.store().clock().clone();
         Webhooks {
-            clock: engine.store().clock().clone(),
+            clock: engine_clock.clone(),
             engine,
             endpoints: Arc::new(endpoints),
             queue_wake: Arc::default(),
             queue_enqueued: Arc::default(),
             outbox: OutboxSignal::default(),
+            traffic: Traffic::new(engine_clock),
         }
     }
 
@@ -121,6 +127,12 @@ impl Webhooks {
     /// tell once they are committed.
     pub fn outbox_signal(&self) -> &OutboxSignal {
         &self.outbox
+    }
+
+    /// The traffic counters this face's answers are counted in (flush
+    /// them with [`Traffic::flush`]).
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     /// What the notifier waits on to tell other instances of new jobs.
@@ -242,6 +254,11 @@ async fn answer(
     metrics::delivery_received(&endpoint.name, provider);
     let refuse = |problem: Problem, detail: Option<String>| {
         metrics::delivery_rejected(&endpoint.name, provider, problem.slug(), started.elapsed());
+        webhooks.traffic.record(
+            &endpoint.name,
+            traffic::Outcome::rejected(problem.slug()),
+            started.elapsed(),
+        );
         Answered::refused(&problem, detail)
     };
     let body = match crate::body::read_limited(request.headers(), payload, endpoint.max_body).await
@@ -322,6 +339,11 @@ async fn answer(
         let Some(result) = result else {
             let problem = Problem::processing_failed();
             metrics::delivery_failed(&endpoint.name, provider, problem.slug(), started.elapsed());
+            webhooks.traffic.record(
+                &endpoint.name,
+                traffic::Outcome::failed(problem.slug()),
+                started.elapsed(),
+            );
             return Answered {
                 response: problem.to_response(),
                 outcome: "failed",
@@ -329,7 +351,13 @@ async fn answer(
                 detail: None,
             };
         };
-        count(&endpoint.name, provider, &result.1, started.elapsed());
+        count(
+            &webhooks.traffic,
+            &endpoint.name,
+            provider,
+            &result.1,
+            started.elapsed(),
+        );
         // A batch stops at the first item that did not finish: the provider
         // retries the whole batch, and the finished items replay.
         let finished = matches!(result.1, Ok(Outcome::Fresh(_) | Outcome::Replayed(_)));
@@ -464,30 +492,39 @@ fn respond_to(
     }
 }
 
-/// Counts what the engine decided for a verified delivery.
+/// Counts what the engine decided for a verified delivery, in the metrics
+/// and in the dashboard's traffic counters.
 fn count(
+    traffic: &Traffic,
     endpoint: &str,
     provider: &'static str,
     result: &Result<Outcome, EngineError>,
     elapsed: Duration,
 ) {
-    match result {
-        Ok(Outcome::Fresh(_)) => metrics::delivery_processed(endpoint, provider, elapsed),
-        Ok(Outcome::Replayed(_)) => metrics::delivery_replayed(endpoint, provider, elapsed),
-        Ok(Outcome::InProgress { .. }) => {
-            metrics::delivery_conflict(endpoint, provider, Conflict::InProgress, elapsed)
+    let failed = |reason: &str| {
+        metrics::delivery_failed(endpoint, provider, reason, elapsed);
+        traffic::Outcome::failed(reason)
+    };
+    let conflict = |kind: Conflict| {
+        metrics::delivery_conflict(endpoint, provider, kind, elapsed);
+        traffic::Outcome::conflict(kind.label())
+    };
+    let outcome = match result {
+        Ok(Outcome::Fresh(_)) => {
+            metrics::delivery_processed(endpoint, provider, elapsed);
+            traffic::Outcome::processed()
         }
-        Ok(Outcome::Mismatch) => {
-            metrics::delivery_conflict(endpoint, provider, Conflict::KeyReused, elapsed)
+        Ok(Outcome::Replayed(_)) => {
+            metrics::delivery_replayed(endpoint, provider, elapsed);
+            traffic::Outcome::replayed()
         }
-        Err(EngineError::Store(e)) if e.is_transient() => {
-            metrics::delivery_failed(endpoint, provider, "storage-unavailable", elapsed)
-        }
-        Err(EngineError::LeaseLost) => {
-            metrics::delivery_failed(endpoint, provider, "lease-lost", elapsed)
-        }
-        Err(_) => metrics::delivery_failed(endpoint, provider, "processing-failed", elapsed),
-    }
+        Ok(Outcome::InProgress { .. }) => conflict(Conflict::InProgress),
+        Ok(Outcome::Mismatch) => conflict(Conflict::KeyReused),
+        Err(EngineError::Store(e)) if e.is_transient() => failed("storage-unavailable"),
+        Err(EngineError::LeaseLost) => failed("lease-lost"),
+        Err(_) => failed("processing-failed"),
+    };
+    traffic.record(endpoint, outcome, elapsed);
 }
 
 /// A verified request: a handshake to answer, or deliveries to process.

@@ -307,6 +307,7 @@ both_backends_with!(admin;
         assert_eq!(
             paths,
             BTreeSet::from([
+                "/admin/dashboard.json",
                 "/admin/deliveries",
                 "/admin/deliveries/{endpoint}/{delivery_id}",
                 "/admin/deliveries/{endpoint}/{delivery_id}/republish",

@@ -22,7 +22,7 @@ fn browser_required() -> bool {
 }
 
 /// Chromium, or `None` after saying once that the browser test is skipped.
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     if let Some(path) = cdp::executable() {
         return Some(path);
     }
@@ -98,7 +98,11 @@ both_backends_with!(admin;
 
         browser.fill("#token", ADMIN_TOKEN).await.unwrap();
         browser.click("#login").await.unwrap();
+        // Logged in, the browser lands on the dashboard; the listing is a
+        // link away.
         assert_eq!(browser.path().await.unwrap(), "/admin");
+        browser.click("#deliveries-link").await.unwrap();
+        assert_eq!(browser.path().await.unwrap(), "/admin/list");
         // The session cookie is out of scripts' reach and never sent cross-site.
         assert_eq!(browser.eval("document.cookie").await.unwrap(), json!(""));
         let cookies = browser.page("Network.getCookies", json!({})).await.unwrap();
@@ -188,7 +192,7 @@ both_backends_with!(admin;
             )
             .await
             .unwrap();
-        browser.goto(&format!("{admin}/admin")).await.unwrap();
+        browser.goto(&format!("{admin}/admin/list")).await.unwrap();
         let fits = browser
             .eval("document.documentElement.scrollWidth <= window.innerWidth + 1")
             .await

@@ -277,3 +277,16 @@ impl Browser {
         Ok(value.as_str().unwrap_or_default().to_owned())
     }
 }
+
+impl Browser {
+    /// Emulates a screen of `width` × `height` CSS pixels (a phone's when
+    /// `mobile`), for the pages loaded from then on.
+    pub async fn viewport(&mut self, width: u32, height: u32, mobile: bool) -> Result<(), String> {
+        self.page(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": if mobile { 2 } else { 1 }, "mobile": mobile }),
+        )
+        .await
+        .map(|_| ())
+    }
+}

@@ -1,0 +1,287 @@
+//! The traffic recorder: how many deliveries each endpoint answered, with
+//! which outcome and how fast, per minute — what the admin dashboard
+//! draws. Rejections and replays write nothing to the database on their
+//! own, so they are counted here, in memory, beside the metrics; a
+//! background task adds the counts to the `traffic` table every few
+//! seconds, one batched statement per flush, never on a request's path.
+//!
+//! A counter lost to a crash between two flushes is lost: these are
+//! figures for a dashboard, not a ledger. A flush that fails keeps its
+//! counts for the next one (up to [`MAX_PENDING`] counters).
+
+pub mod latency;
+
+use crate::clock::SharedClock;
+use crate::store::traffic::TrafficCount;
+use crate::store::{Store, StoreError};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// How often the background task flushes by default.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
+/// How long the purge keeps the counters: a day past the dashboard's
+/// longest window (7 days).
+pub const RETENTION: Duration = Duration::from_secs(8 * 24 * 3600);
+/// Counters kept in memory at most while the database is unreachable;
+/// past that a failed flush's counts are dropped (and said so), so that an
+/// outage cannot grow the process without bound.
+pub const MAX_PENDING: usize = 200_000;
+
+pub const PROCESSED: &str = "processed";
+pub const REPLAYED: &str = "replayed";
+pub const FAILED: &str = "failed";
+
+/// How a delivery was answered, as the `traffic.outcome` column names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Outcome(Cow<'static, str>);
+
+impl Outcome {
+    pub fn processed() -> Outcome {
+        Outcome(Cow::Borrowed(PROCESSED))
+    }
+
+    pub fn replayed() -> Outcome {
+        Outcome(Cow::Borrowed(REPLAYED))
+    }
+
+    /// Not processed: the engine or a handler failed (`reason` is the
+    /// metric's: `processing-failed`, `lease-lost`, `storage-unavailable`).
+    pub fn failed(reason: &str) -> Outcome {
+        Outcome(Cow::Owned(format!("{FAILED}:{reason}")))
+    }
+
+    /// Answered 409: the key is in progress elsewhere or was reused.
+    pub fn conflict(kind: &str) -> Outcome {
+        Outcome(Cow::Owned(format!("conflict:{kind}")))
+    }
+
+    /// Refused before the engine, with a problem type's `reason`.
+    pub fn rejected(reason: &str) -> Outcome {
+        Outcome(Cow::Owned(format!("rejected:{reason}")))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Counts of one endpoint not flushed yet, by (minute, outcome, bucket).
+type EndpointCounts = HashMap<(i64, Outcome, i32), i32>;
+
+/// A handle on the in-memory counters. Cheap to clone: every clone (each
+/// worker's copy of the webhook face) counts into the same ones.
+#[derive(Clone)]
+pub struct Traffic {
+    pending: Arc<Mutex<HashMap<String, EndpointCounts>>>,
+    /// Which minute a delivery is counted in: the store's clock, which
+    /// tests move by hand.
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for Traffic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Traffic").finish_non_exhaustive()
+    }
+}
+
+impl Traffic {
+    pub fn new(clock: SharedClock) -> Traffic {
+        Traffic {
+            pending: Arc::default(),
+            clock,
+        }
+    }
+
+    /// Counts one delivery of `endpoint` answered with `outcome` after
+    /// `elapsed`. Takes a lock for a map update only.
+    pub fn record(&self, endpoint: &str, outcome: Outcome, elapsed: Duration) {
+        let minute = self.clock.now().timestamp().div_euclid(60) * 60;
+        let bucket = latency::bucket_of(elapsed);
+        // A panic while holding the lock leaves the map consistent (one
+        // insert is atomic), so a poisoned lock is used as it is.
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = match pending.get_mut(endpoint) {
+            Some(counts) => counts,
+            None => pending.entry(endpoint.to_owned()).or_default(),
+        };
+        let count = counts.entry((minute, outcome, bucket)).or_insert(0);
+        *count = count.saturating_add(1);
+    }
+
+    /// Takes the counts gathered so far, leaving none.
+    fn take(&self) -> Vec<TrafficCount> {
+        let pending =
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        pending
+            .into_iter()
+            .flat_map(|(endpoint, counts)| {
+                counts
+                    .into_iter()
+                    .map(move |((minute, outcome, bucket), count)| TrafficCount {
+                        endpoint: endpoint.clone(),
+                        minute,
+                        outcome: outcome.as_str().to_owned(),
+                        bucket,
+                        count,
+                    })
+            })
+            .collect()
+    }
+
+    /// Puts counts that could not be written back, unless that would keep
+    /// more than [`MAX_PENDING`] counters; `false`: they were dropped.
+    fn put_back(&self, counts: Vec<TrafficCount>) -> bool {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let held: usize = pending.values().map(HashMap::len).sum();
+        if held + counts.len() > MAX_PENDING {
+            return false;
+        }
+        for count in counts {
+            let slot = pending
+                .entry(count.endpoint)
+                .or_default()
+                .entry((
+                    count.minute,
+                    Outcome(Cow::Owned(count.outcome)),
+                    count.bucket,
+                ))
+                .or_insert(0);
+            *slot = slot.saturating_add(count.count);
+        }
+        true
+    }
+
+    /// Adds what was counted since the last flush to the `traffic` table;
+    /// how many counters were written. Called by the background task, at
+    /// shut-down, and by tests that want the figures now.
+    pub async fn flush(&self, store: &Store) -> Result<usize, StoreError> {
+        let counts = self.take();
+        if counts.is_empty() {
+            return Ok(0);
+        }
+        let written = async { store.conn().await?.add_traffic(&counts).await }.await;
+        match written {
+            Ok(()) => Ok(counts.len()),
+            Err(error) => {
+                let n = counts.len();
+                if !self.put_back(counts) {
+                    tracing::warn!(counters = n, "traffic counts dropped: too many unflushed");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Flushes every `every` until stopped, then once more.
+    pub fn spawn_flusher(&self, store: Store, every: Duration) -> Flusher {
+        let traffic = self.clone();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = stopped.notified() => break,
+                }
+                if let Err(error) = traffic.flush(&store).await {
+                    tracing::warn!(%error, "could not write the traffic counts; kept for the next flush");
+                }
+            }
+            if let Err(error) = traffic.flush(&store).await {
+                tracing::warn!(%error, "could not write the last traffic counts");
+            }
+        });
+        Flusher { stop, task }
+    }
+}
+
+/// The background flush; [`Flusher::stop`] flushes a last time.
+pub struct Flusher {
+    stop: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Flusher {
+    pub async fn stop(self) {
+        self.stop.notify_one();
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    #[test]
+    fn counts_are_kept_per_endpoint_minute_outcome_and_bucket() {
+        // A clock that stands still: no minute ends between two records.
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_796_000_000, 0).unwrap());
+        let traffic = Traffic::new(clock.shared());
+        let fast = Duration::from_millis(1);
+        traffic.record("shop", Outcome::processed(), fast);
+        traffic.record("shop", Outcome::processed(), fast);
+        traffic.record("shop", Outcome::rejected("invalid-signature"), fast);
+        traffic.record("other", Outcome::replayed(), Duration::from_secs(2));
+        clock.advance(Duration::from_secs(60));
+        traffic.record("shop", Outcome::processed(), fast);
+        let mut counts = traffic.take();
+        counts.sort_by(|a, b| {
+            (&a.endpoint, a.minute, &a.outcome).cmp(&(&b.endpoint, b.minute, &b.outcome))
+        });
+        let seen: Vec<(&str, &str, i32, i32)> = counts
+            .iter()
+            .map(|c| (c.endpoint.as_str(), c.outcome.as_str(), c.bucket, c.count))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "other",
+                    "replayed",
+                    latency::bucket_of(Duration::from_secs(2)),
+                    1
+                ),
+                ("shop", "processed", latency::bucket_of(fast), 2),
+                (
+                    "shop",
+                    "rejected:invalid-signature",
+                    latency::bucket_of(fast),
+                    1
+                ),
+                ("shop", "processed", latency::bucket_of(fast), 1),
+            ]
+        );
+        assert!(counts.iter().all(|c| c.minute % 60 == 0));
+        assert_eq!(counts[3].minute - counts[1].minute, 60);
+        assert!(traffic.take().is_empty(), "a flush takes the counts");
+    }
+
+    #[test]
+    fn counts_put_back_add_up_and_stop_at_the_cap() {
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_796_000_000, 0).unwrap());
+        let traffic = Traffic::new(clock.shared());
+        traffic.record("shop", Outcome::processed(), Duration::ZERO);
+        let taken = traffic.take();
+        traffic.record("shop", Outcome::processed(), Duration::ZERO);
+        assert!(traffic.put_back(taken));
+        let again = traffic.take();
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].count, 2);
+        let many: Vec<TrafficCount> = (0..=MAX_PENDING as i64)
+            .map(|minute| TrafficCount {
+                endpoint: "shop".into(),
+                minute,
+                outcome: PROCESSED.into(),
+                bucket: 0,
+                count: 1,
+            })
+            .collect();
+        assert!(!traffic.put_back(many));
+        assert!(traffic.take().is_empty());
+    }
+}

@@ -3,8 +3,8 @@
 //! deliveries about the same object (same ordering key).
 
 use super::detail::KeyRecord;
-use super::pretty::{Shown, show};
 use super::page_text::{detail_href, readable};
+use super::pretty::{Shown, show};
 use maud::{Markup, html};
 
 /// A stored body in a box of its own that scrolls sideways: JSON indented

@@ -7,8 +7,8 @@ use super::model::{DeliveryItem, DeliveryPage, ListTotals, SearchScan};
 use super::payload_search::{self, PayloadSearch};
 use crate::store::{COMPLETED, DeliveryFilter, DeliverySummary, IN_PROGRESS, PagePosition, Store};
 use chrono::{DateTime, NaiveDateTime};
-use std::collections::BTreeMap;
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use utoipa::IntoParams;
 
 pub const DEFAULT_LIMIT: i64 = 50;
@@ -237,7 +237,11 @@ pub async fn fetch_page(store: &Store, request: &PageRequest) -> Result<Page, Ad
     rows.truncate(usize::try_from(request.limit).unwrap_or(usize::MAX));
     let next_cursor = next_cursor(&rows, more);
     let totals = Totals {
-        by_status: conn.count_matching(&request.filter).await?.into_iter().collect(),
+        by_status: conn
+            .count_matching(&request.filter)
+            .await?
+            .into_iter()
+            .collect(),
     };
     Ok(Page {
         rows,

@@ -99,7 +99,8 @@ mod tests {
 
     #[test]
     fn json_is_indented_as_stored() {
-        let body = br#"{"z":1,"a":{"list":[12345678901234567890,"x, y: {z}",{}],"e":[]},"s":"q\"uote"}"#;
+        let body =
+            br#"{"z":1,"a":{"list":[12345678901234567890,"x, y: {z}",{}],"e":[]},"s":"q\"uote"}"#;
         let expected = r#"{
   "z": 1,
   "a": {

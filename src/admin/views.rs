@@ -4,8 +4,8 @@
 
 use super::detail::KeyRecord;
 use super::effects_view;
-use super::listing_view::{self, endpoint_select, short_error, short_id};
 use super::listing::{ListQuery, Page};
+use super::listing_view::{self, endpoint_select, short_error, short_id};
 use super::outbox::{OutboxListing, OutboxQuery, Publication};
 use super::queue::{QueueJob, QueueListing, QueueQuery};
 use crate::store::DeliverySummary;
@@ -46,6 +46,7 @@ table.fits td,table.fits th{overflow-wrap:anywhere}
 table.fits .at{width:7.5rem}table.fits .num{width:4.6rem}table.fits .status{width:6.5rem}
 pre.body{white-space:pre;overflow:auto;word-break:normal;overflow-wrap:normal;max-height:32rem}
 h3{font-size:1rem;margin:1rem 0 .4rem}
+h1,h3,li{overflow-wrap:anywhere}
 p#totals{margin:.2rem 0 .6rem}
 @media (max-width:600px){main{padding:.6rem}dl{grid-template-columns:1fr}dt{font-weight:600}table.fits{table-layout:auto;min-width:48rem}table.fits td,table.fits th{overflow-wrap:normal}}
 "#;
@@ -258,8 +259,8 @@ pub fn detail(record: &KeyRecord) -> Markup {
                 p id="no-history" { "Nothing happened to this key besides its processing." }
             } @else {
                 div.table-wrap {
-                    table id="history" {
-                        thead { tr { th { "At (UTC)" } th { "Kind" } th { "Actor" } th { "Detail" } } }
+                    table.fits id="history" {
+                        thead { tr { th.at { "At (UTC)" } th { "Kind" } th { "Actor" } th { "Detail" } } }
                         tbody {
                             @for entry in &record.history {
                                 tr {

@@ -175,7 +175,10 @@ mod tests {
     #[test]
     fn the_payments_scope_names_its_tenant() {
         assert_eq!(payments_scope("POST /payments"), Some(None));
-        assert_eq!(payments_scope("tenant:acme POST /payments"), Some(Some("acme")));
+        assert_eq!(
+            payments_scope("tenant:acme POST /payments"),
+            Some(Some("acme"))
+        );
         assert_eq!(payments_scope("shop"), None);
         assert_eq!(payments_scope("POST /orders"), None);
         assert_eq!(payments_scope("tenant:POST /payments"), None);

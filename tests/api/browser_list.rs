@@ -29,13 +29,26 @@ async fn seed_long_values(app: &TestApp) -> String {
             }
         });
         let id = format!("{long_id}{n}");
-        assert_eq!(app.deliver(&id, body.to_string().as_bytes()).await.status(), 200);
+        assert_eq!(
+            app.deliver(&id, body.to_string().as_bytes()).await.status(),
+            200
+        );
     }
     let mut conn = app.store.conn().await.expect("a connection");
-    let error = format!("handler payments failed: downstream https://ledger.internal.example/v1/{}", "segment/".repeat(60));
-    conn.record_history(ENDPOINT, &format!("{long_id}0"), "released", None, Some(&error), app.clock.naive_now())
-        .await
-        .expect("history is written");
+    let error = format!(
+        "handler payments failed: downstream https://ledger.internal.example/v1/{}",
+        "segment/".repeat(60)
+    );
+    conn.record_history(
+        ENDPOINT,
+        &format!("{long_id}0"),
+        "released",
+        None,
+        Some(&error),
+        app.clock.naive_now(),
+    )
+    .await
+    .expect("history is written");
     long_id
 }
 
@@ -97,7 +110,8 @@ both_backends_with!(admin;
         assert_eq!(browser.text("#delivery-id").await.unwrap(), format!("{long_id}0"));
         assert_eq!(browser.eval(FITS).await.unwrap(), json!(true), "the key page scrolls sideways at 1280 px");
         let payload = browser.text("#payload").await.unwrap();
-        assert!(payload.contains("\n  \"data\": {\n    \"id\": \"sub_0_"), "{payload}");
+        assert!(payload.starts_with("{\n  \"data\": {\n    \"description\": \"xxx"), "{payload}");
+        assert!(payload.contains("\n    \"id\": \"sub_0_"), "{payload}");
         let boxed = browser
             .eval("(() => { const p = document.querySelector('#payload'); const s = getComputedStyle(p); return [s.whiteSpace, s.overflowX, p.scrollWidth > p.clientWidth]; })()")
             .await

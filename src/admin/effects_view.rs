@@ -22,6 +22,24 @@ pub fn body(id: &str, bytes: Option<&[u8]>, absent: &str) -> Markup {
     }
 }
 
+/// A titled table of rows a handler wrote.
+fn effect_table(
+    title: &str,
+    id: &str,
+    headers: [&str; 5],
+    rows: impl Iterator<Item = [String; 5]>,
+) -> Markup {
+    html! {
+        h3 { (title) }
+        div.table-wrap {
+            table.fits id=(id) {
+                thead { tr { @for header in headers { th { (header) } } } }
+                tbody { @for row in rows { tr { @for cell in row { td { (cell) } } } } }
+            }
+        }
+    }
+}
+
 pub fn effects(record: &KeyRecord) -> Markup {
     let effects = &record.effects;
     let endpoint = &record.detail.summary.endpoint;
@@ -43,42 +61,18 @@ pub fn effects(record: &KeyRecord) -> Markup {
             (body("effect-event-payload", Some(event.payload.as_bytes()), ""))
         }
         @if !effects.ledger.is_empty() {
-            h3 { "Ledger entries" }
-            div.table-wrap {
-                table id="effect-ledger" {
-                    thead { tr { th { "Created (UTC)" } th { "Kind" } th { "Payment" } th { "Order" } th { "Amount" } } }
-                    tbody {
-                        @for entry in &effects.ledger {
-                            tr {
-                                td { (readable(entry.created_at)) }
-                                td { (entry.kind) }
-                                td { (entry.payment_id) }
-                                td { (entry.order_id.as_deref().unwrap_or("")) }
-                                td { (entry.amount) " " (entry.currency) }
-                            }
-                        }
-                    }
-                }
-            }
+            (effect_table("Ledger entries", "effect-ledger", ["Created (UTC)", "Kind", "Payment", "Order", "Amount"],
+                effects.ledger.iter().map(|e| [
+                    readable(e.created_at), e.kind.clone(), e.payment_id.clone(),
+                    e.order_id.clone().unwrap_or_default(), format!("{} {}", e.amount, e.currency),
+                ])))
         }
         @if !effects.payments.is_empty() {
-            h3 { "Payments" }
-            div.table-wrap {
-                table id="effect-payments" {
-                    thead { tr { th { "Created (UTC)" } th { "Payment" } th { "Order" } th { "Amount" } th { "Status" } } }
-                    tbody {
-                        @for payment in &effects.payments {
-                            tr {
-                                td { (readable(payment.created_at)) }
-                                td { (payment.id) }
-                                td { (payment.order_id) }
-                                td { (payment.amount) " " (payment.currency) }
-                                td { (payment.status) }
-                            }
-                        }
-                    }
-                }
-            }
+            (effect_table("Payments", "effect-payments", ["Created (UTC)", "Payment", "Order", "Amount", "Status"],
+                effects.payments.iter().map(|p| [
+                    readable(p.created_at), p.id.clone(), p.order_id.clone(),
+                    format!("{} {}", p.amount, p.currency), p.status.clone(),
+                ])))
         }
         @if let Some(job) = &effects.job {
             h3 { "Queue job" }

@@ -108,18 +108,7 @@ impl ListQuery {
                 ));
             }
         }
-        let limit = match given(&self.limit) {
-            None => DEFAULT_LIMIT,
-            Some(text) => match text.parse::<i64>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
-                _ => {
-                    return Err(AdminError::bad(
-                        "limit",
-                        format!("{text:?} is not a number from 1 to {MAX_LIMIT}"),
-                    ));
-                }
-            },
-        };
+        let limit = count("limit", given(&self.limit), MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT);
         let after = match given(&self.cursor) {
             None => None,
             Some(text) => Some(
@@ -150,6 +139,24 @@ impl ListQuery {
             limit,
             search,
         })
+    }
+}
+
+/// A count from 1 to `max`, when given.
+pub fn count(
+    parameter: &'static str,
+    text: Option<String>,
+    max: i64,
+) -> Result<Option<i64>, AdminError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    match text.parse::<i64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(AdminError::bad(
+            parameter,
+            format!("{text:?} is not a number from 1 to {max}"),
+        )),
     }
 }
 

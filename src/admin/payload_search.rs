@@ -13,7 +13,7 @@
 //! 10 000 at most); the answer says when the second bound stopped it.
 
 use super::error::AdminError;
-use super::listing::{Page, PageRequest, SearchReport, Totals, back_from, next_cursor};
+use super::listing::{Page, PageRequest, SearchReport, Totals, back_from, count, next_cursor};
 use crate::store::{DeliveryFilter, PagePosition, Store};
 use chrono::NaiveDateTime;
 use std::time::Duration;
@@ -47,18 +47,7 @@ impl PayloadSearch {
         scan_limit: Option<String>,
         now: NaiveDateTime,
     ) -> Result<PayloadSearch, AdminError> {
-        let scan_limit = match scan_limit {
-            None => MAX_SCAN,
-            Some(text) => match text.parse::<i64>() {
-                Ok(n) if (1..=MAX_SCAN).contains(&n) => n,
-                _ => {
-                    return Err(AdminError::bad(
-                        "scan_limit",
-                        format!("{text:?} is not a number from 1 to {MAX_SCAN}"),
-                    ));
-                }
-            },
-        };
+        let scan_limit = count("scan_limit", scan_limit, MAX_SCAN)?.unwrap_or(MAX_SCAN);
         let until = filter.until.unwrap_or(now);
         let since = filter
             .since

@@ -160,6 +160,19 @@ macro_rules! filtered {
     }};
 }
 
+/// Up to `$limit` rows of [`filtered!`], in the listing's order.
+macro_rules! newest_first {
+    ($filter:expr, $after:expr, $limit:expr) => {
+        filtered!($filter, $after)
+            .order((
+                dsl::received_at.desc(),
+                dsl::endpoint.desc(),
+                dsl::delivery_id.desc(),
+            ))
+            .limit($limit)
+    };
+}
+
 /// A listing row with the verified request body it stored, for the
 /// payload search to read.
 pub type ScannedRow = (DeliverySummary, Option<Vec<u8>>);
@@ -174,13 +187,7 @@ impl DbConn {
         limit: i64,
     ) -> Result<Vec<DeliverySummary>, StoreError> {
         Ok(with_conn!(self, |c| {
-            filtered!(filter, after)
-                .order((
-                    dsl::received_at.desc(),
-                    dsl::endpoint.desc(),
-                    dsl::delivery_id.desc(),
-                ))
-                .limit(limit)
+            newest_first!(filter, after, limit)
                 .select(summary_columns!())
                 .load::<DeliverySummary>(c)
                 .await
@@ -196,13 +203,7 @@ impl DbConn {
         limit: i64,
     ) -> Result<Vec<ScannedRow>, StoreError> {
         Ok(with_conn!(self, |c| {
-            filtered!(filter, after)
-                .order((
-                    dsl::received_at.desc(),
-                    dsl::endpoint.desc(),
-                    dsl::delivery_id.desc(),
-                ))
-                .limit(limit)
+            newest_first!(filter, after, limit)
                 .select((summary_columns!(), dsl::request_body))
                 .load::<ScannedRow>(c)
                 .await

@@ -118,6 +118,18 @@ pub fn idempotency(settings: &Settings, engine: Engine) -> Idempotency {
         .max_body(settings.idempotency.max_body_bytes)
 }
 
+/// What the admin listing's endpoint filter offers: every configured
+/// endpoint, and `POST /payments`'s client-key scope (a tenant's scope is
+/// `tenant:<t> POST /payments`, one per tenant, so none is offered then).
+fn listing_endpoints(settings: &Settings, webhooks: &Webhooks) -> Vec<String> {
+    let mut names: Vec<String> = webhooks.endpoints().map(|e| e.name.clone()).collect();
+    names.sort();
+    if settings.idempotency.tenant_header.is_none() {
+        names.push("POST /payments".to_owned());
+    }
+    names
+}
+
 /// More routes for the app (tests, embedders).
 pub type ExtraRoutes = Arc<dyn Fn(&mut web::ServiceConfig) + Send + Sync>;
 
@@ -222,8 +234,11 @@ impl Application {
         let listener = TcpListener::bind(&settings.listen).map_err(listen_error)?;
         let port = listener.local_addr().map_err(listen_error)?.port();
         let republisher = Republisher::new(webhooks.clone(), &settings.publishers);
-        let admin = Admin::new(store.clone(), &settings.admin, republisher)
-            .map(|admin| admin.waking(webhooks.queue_wake().clone()));
+        let admin = Admin::new(store.clone(), &settings.admin, republisher).map(|admin| {
+            admin
+                .waking(webhooks.queue_wake().clone())
+                .listing_endpoints(listing_endpoints(settings, &webhooks))
+        });
         // `admin_listen` is bound before anything starts, so that a busy
         // address stops start-up with nothing left running.
         let (admin_here, admin_apart) = match (&settings.admin.listen, admin) {

@@ -71,7 +71,7 @@ fn query<T: serde::de::DeserializeOwned>(request: &HttpRequest) -> Result<T, Adm
 pub async fn list(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
     let page = async {
         let query: ListQuery = query(&request)?;
-        let page = query.validate(Utc::now().naive_utc())?;
+        let page = query.validate(admin.store.clock().naive_now())?;
         fetch_page(&admin.store, &page).await
     };
     match page.await {

@@ -3,7 +3,7 @@
 use super::error::AdminError;
 use super::model::DeliveryView;
 use crate::store::outbox::PublicationRow;
-use crate::store::{DeliveryDetail, HistoryEntry, Store};
+use crate::store::{DeliveryDetail, Effects, HistoryEntry, Store};
 
 /// A key as the store holds it.
 #[derive(Debug, Clone)]
@@ -14,6 +14,9 @@ pub struct KeyRecord {
     /// Its outbox rows, oldest first: the original publications and any
     /// republished ones.
     pub publications: Vec<PublicationRow>,
+    /// What its handlers wrote, its job, and the deliveries about the
+    /// same object.
+    pub effects: Effects,
 }
 
 pub async fn fetch_detail(
@@ -36,10 +39,12 @@ pub async fn fetch_detail(
     };
     let history = conn.history(endpoint, delivery_id).await?;
     let publications = conn.publications_of(endpoint, delivery_id).await?;
+    let effects = conn.effects(endpoint, delivery_id).await?;
     Ok(KeyRecord {
         detail,
         history,
         publications,
+        effects,
     })
 }
 

@@ -3,10 +3,12 @@
 
 use super::cursor;
 use super::error::AdminError;
-use super::model::{DeliveryItem, DeliveryPage};
+use super::model::{DeliveryItem, DeliveryPage, ListTotals, SearchScan};
+use super::payload_search::{self, PayloadSearch};
 use crate::store::{COMPLETED, DeliveryFilter, DeliverySummary, IN_PROGRESS, PagePosition, Store};
 use chrono::{DateTime, NaiveDateTime};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use utoipa::IntoParams;
 
 pub const DEFAULT_LIMIT: i64 = 50;
@@ -30,6 +32,16 @@ pub struct ListQuery {
     pub until: Option<String>,
     /// Only delivery ids starting with this (case-sensitive).
     pub id_prefix: Option<String>,
+    /// A case-insensitive substring of the verified payload (`%`, `_` and
+    /// `\` match themselves). Searches only `since`..`until`: `since`
+    /// defaults to 24 h back, the window may span at most 7 days, and at
+    /// most `scan_limit` keys of it are read (newest first).
+    pub q: Option<String>,
+    /// With `q`: how many keys of the window to read at most, 1 to 10000
+    /// (default 10000); the answer's `search.capped` says when it stopped
+    /// there.
+    #[param(value_type = Option<u32>)]
+    pub scan_limit: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Keys per page, 1 to 500 (default 50).
@@ -43,6 +55,8 @@ pub struct PageRequest {
     pub filter: DeliveryFilter,
     pub after: Option<PagePosition>,
     pub limit: i64,
+    /// A payload search; `filter`'s window is then always bounded.
+    pub search: Option<PayloadSearch>,
 }
 
 fn given(value: &Option<String>) -> Option<String> {
@@ -94,18 +108,7 @@ impl ListQuery {
                 ));
             }
         }
-        let limit = match given(&self.limit) {
-            None => DEFAULT_LIMIT,
-            Some(text) => match text.parse::<i64>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
-                _ => {
-                    return Err(AdminError::bad(
-                        "limit",
-                        format!("{text:?} is not a number from 1 to {MAX_LIMIT}"),
-                    ));
-                }
-            },
-        };
+        let limit = count("limit", given(&self.limit), MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT);
         let after = match given(&self.cursor) {
             None => None,
             Some(text) => Some(
@@ -113,18 +116,47 @@ impl ListQuery {
                     .ok_or_else(|| AdminError::bad("cursor", "not a cursor this server issued"))?,
             ),
         };
+        let mut filter = DeliveryFilter {
+            endpoint: text_filter("endpoint", &self.endpoint)?,
+            status,
+            event_type: text_filter("event_type", &self.event_type)?,
+            since: instant("since", given(&self.since), now)?,
+            until: instant("until", given(&self.until), now)?,
+            id_prefix: text_filter("id_prefix", &self.id_prefix)?,
+        };
+        let search = match text_filter("q", &self.q)? {
+            None => None,
+            Some(needle) => Some(PayloadSearch::new(
+                &needle,
+                &mut filter,
+                given(&self.scan_limit),
+                now,
+            )?),
+        };
         Ok(PageRequest {
-            filter: DeliveryFilter {
-                endpoint: text_filter("endpoint", &self.endpoint)?,
-                status,
-                event_type: text_filter("event_type", &self.event_type)?,
-                since: instant("since", given(&self.since), now)?,
-                until: instant("until", given(&self.until), now)?,
-                id_prefix: text_filter("id_prefix", &self.id_prefix)?,
-            },
+            filter,
             after,
             limit,
+            search,
         })
+    }
+}
+
+/// A count from 1 to `max`, when given.
+pub fn count(
+    parameter: &'static str,
+    text: Option<String>,
+    max: i64,
+) -> Result<Option<i64>, AdminError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    match text.parse::<i64>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(Some(n)),
+        _ => Err(AdminError::bad(
+            parameter,
+            format!("{text:?} is not a number from 1 to {max}"),
+        )),
     }
 }
 
@@ -166,27 +198,88 @@ pub struct Page {
     pub rows: Vec<DeliverySummary>,
     /// Where the next page starts; `None` on the last page.
     pub next_cursor: Option<String>,
+    /// How many keys the whole filter selects (every page, not this one).
+    pub totals: Totals,
+    /// What a payload search read.
+    pub search: Option<SearchReport>,
 }
 
-/// One page of the listing. One row more than asked is read to know whether
-/// another page follows.
+/// How many keys a filter selects, by status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub by_status: BTreeMap<String, i64>,
+}
+
+impl Totals {
+    pub fn matching(&self) -> i64 {
+        self.by_status.values().sum()
+    }
+}
+
+/// How much of its window a payload search read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchReport {
+    pub since: NaiveDateTime,
+    pub until: NaiveDateTime,
+    /// Keys of the window read.
+    pub examined: i64,
+    /// The most it would read.
+    pub scan_limit: i64,
+    /// It stopped at `scan_limit` with older keys of the window unread:
+    /// the totals count only what was read, and older matches are missed.
+    pub capped: bool,
+}
+
+/// One page of the listing, with the filter's totals. One row more than
+/// asked is read to know whether another page follows.
 pub async fn fetch_page(store: &Store, request: &PageRequest) -> Result<Page, AdminError> {
+    if let Some(search) = &request.search {
+        return payload_search::fetch_page(store, request, search).await;
+    }
     let mut conn = store.conn().await?;
     let mut rows = conn
         .list_deliveries(&request.filter, request.after.as_ref(), request.limit + 1)
         .await?;
     let more = rows.len() > usize::try_from(request.limit).unwrap_or(usize::MAX);
     rows.truncate(usize::try_from(request.limit).unwrap_or(usize::MAX));
-    let next_cursor = match rows.last() {
+    let next_cursor = next_cursor(&rows, more);
+    let totals = Totals {
+        by_status: conn
+            .count_matching(&request.filter)
+            .await?
+            .into_iter()
+            .collect(),
+    };
+    Ok(Page {
+        rows,
+        next_cursor,
+        totals,
+        search: None,
+    })
+}
+
+/// The cursor after `rows`, the last of a page, when `more` keys follow.
+pub fn next_cursor(rows: &[DeliverySummary], more: bool) -> Option<String> {
+    match rows.last() {
         Some(last) if more => Some(cursor::encode(&last.position())),
         _ => None,
-    };
-    Ok(Page { rows, next_cursor })
+    }
 }
 
 impl From<Page> for DeliveryPage {
     fn from(page: Page) -> DeliveryPage {
         DeliveryPage {
+            totals: ListTotals {
+                matching: page.totals.matching(),
+                by_status: page.totals.by_status,
+            },
+            search: page.search.map(|search| SearchScan {
+                since: super::model::rfc3339(search.since),
+                until: super::model::rfc3339(search.until),
+                examined: search.examined,
+                scan_limit: search.scan_limit,
+                capped: search.capped,
+            }),
             items: page.rows.into_iter().map(DeliveryItem::from).collect(),
             next_cursor: page.next_cursor,
         }

@@ -22,14 +22,19 @@ mod cursor;
 mod dashboard;
 mod dashboard_view;
 mod detail;
+mod effects_view;
 mod error;
 pub mod limiter;
 mod listing;
+mod listing_view;
 mod model;
 mod openapi;
 pub mod origin;
 pub mod outbox;
 mod page;
+mod page_text;
+mod payload_search;
+mod pretty;
 pub mod queue;
 mod session;
 mod settings;
@@ -47,7 +52,7 @@ pub use listing::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, Page, PageRequest, fetch_
 pub use model::{DeliveryItem, DeliveryPage, DeliveryView, EndpointStats, Stats};
 pub use openapi::document as openapi_document;
 pub use settings::{AdminSettings, InvalidAdminSetting, RawLoginLimits, TOKENS_ENV};
-pub use terminal::{aligned, table};
+pub use terminal::{aligned, table, totals_line};
 pub use tokens::AdminTokens;
 
 use crate::maintenance::Republisher;
@@ -70,6 +75,9 @@ pub struct Admin {
     /// The endpoints and publishers a republish needs; its outbox signal
     /// wakes the relays after a retry or a republish.
     republisher: Republisher,
+    /// What the listing's endpoint filter offers: the configured endpoints
+    /// and client-key scopes.
+    endpoints: Arc<Vec<String>>,
 }
 
 impl Admin {
@@ -84,7 +92,15 @@ impl Admin {
             )),
             queue_wake: None,
             republisher,
+            endpoints: Arc::default(),
         })
+    }
+
+    /// Offers `endpoints` (configured endpoints, client-key scopes such as
+    /// `POST /payments`) in the listing's endpoint filter.
+    pub fn listing_endpoints(mut self, endpoints: Vec<String>) -> Admin {
+        self.endpoints = Arc::new(endpoints);
+        self
     }
 
     /// Wakes `wake`'s workers after an operator's retry or resume.

@@ -36,6 +36,36 @@ pub struct DeliveryPage {
     pub items: Vec<DeliveryItem>,
     /// Pass as `cursor` for the next page; absent on the last page.
     pub next_cursor: Option<String>,
+    /// What the whole filter selects, on every page.
+    pub totals: ListTotals,
+    /// With `q`: how much of the window the payload search read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchScan>,
+}
+
+/// How many keys the filter selects. With `q`, among the keys the search
+/// read (all of the window unless `search.capped`).
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq, Eq)]
+pub struct ListTotals {
+    pub matching: i64,
+    /// By status (`completed`, `in_progress`); a status nothing has is absent.
+    pub by_status: BTreeMap<String, i64>,
+}
+
+/// The bounds of a payload search and what it read of them.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq, Eq)]
+pub struct SearchScan {
+    /// The window searched (RFC 3339, UTC): `since` inclusive, `until`
+    /// exclusive.
+    pub since: String,
+    pub until: String,
+    /// Keys of the window read, newest first.
+    pub examined: i64,
+    /// The most it reads.
+    pub scan_limit: i64,
+    /// `true`: it stopped at `scan_limit` with older keys of the window
+    /// unread; the totals count only what it read. Narrow the window.
+    pub capped: bool,
 }
 
 /// The answer stored for a key, replayed to every repeat.

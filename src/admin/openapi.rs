@@ -30,6 +30,8 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         model::DeliveryPage,
         model::DeliveryItem,
+        model::ListTotals,
+        model::SearchScan,
         model::DeliveryView,
         model::StoredAnswer,
         model::HistoryItem,

@@ -103,16 +103,19 @@ async fn index(admin: web::Data<Admin>, request: HttpRequest) -> HttpResponse {
     let query = web::Query::<ListQuery>::from_query(request.query_string())
         .map(web::Query::into_inner)
         .unwrap_or_default();
-    let page = match query.validate(Utc::now().naive_utc()) {
+    let page = match query.validate(admin.store.clock().naive_now()) {
         Ok(page) => fetch_page(&admin.store, &page).await,
         Err(error) => Err(error),
     };
     match page {
-        Ok(page) => html(StatusCode::OK, views::listing(&query, Ok(page))),
+        Ok(page) => html(
+            StatusCode::OK,
+            views::listing(&query, &admin.endpoints, Ok(page)),
+        ),
         // A malformed filter is shown above the form, which keeps the values.
         Err(error @ AdminError::BadParameter { .. }) => html(
             StatusCode::BAD_REQUEST,
-            views::listing(&query, Err(error.to_string())),
+            views::listing(&query, &admin.endpoints, Err(error.to_string())),
         ),
         Err(error) => error.to_response(),
     }

@@ -1,6 +1,7 @@
 //! The `list` command's table: one line per key, columns padded to fit.
 
-use super::views::readable;
+use super::listing::Page;
+use super::page_text::readable;
 use crate::store::DeliverySummary;
 
 const HEADERS: [&str; 9] = [
@@ -14,6 +15,22 @@ const HEADERS: [&str; 9] = [
     "REPLAYS",
     "LAST ERROR",
 ];
+
+/// `7 match: 6 completed, 1 in_progress` (with a payload search, `of 340
+/// read`), for the whole filter.
+pub fn totals_line(page: &Page) -> String {
+    let by_status: Vec<String> = page
+        .totals
+        .by_status
+        .iter()
+        .map(|(status, count)| format!("{count} {status}"))
+        .collect();
+    let mut line = format!("{} match: {}", page.totals.matching(), by_status.join(", "));
+    if let Some(search) = &page.search {
+        line.push_str(&format!(" (payload search: {} keys read)", search.examined));
+    }
+    line
+}
 
 /// The rows as an aligned table with a header line, or a line saying
 /// there is none.

@@ -3,11 +3,12 @@
 //! shown as text and never runs as HTML.
 
 use super::detail::KeyRecord;
+use super::effects_view;
 use super::listing::{ListQuery, Page};
+use super::listing_view::{self, endpoint_select, short_error, short_id};
 use super::outbox::{OutboxListing, OutboxQuery, Publication};
 use super::queue::{QueueJob, QueueListing, QueueQuery};
 use crate::store::DeliverySummary;
-use chrono::NaiveDateTime;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 /// Plain CSS, no build step: readable at 1280 px, usable on a phone; wide
@@ -40,31 +41,17 @@ form.inline{display:inline;margin:0 .2rem 0 0}
 form.inline button{padding:.15rem .45rem;font-size:.85rem}
 .login{max-width:26rem;margin:3rem auto;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:1.2rem}
 .login input{width:100%;margin:.4rem 0 .8rem}
-@media (max-width:600px){main{padding:.6rem}dl{grid-template-columns:1fr}dt{font-weight:600}}
+table.fits{table-layout:fixed;white-space:normal}
+table.fits td,table.fits th{overflow-wrap:anywhere}
+table.fits .at{width:7.5rem}table.fits .num{width:4.6rem}table.fits .status{width:6.5rem}
+pre.body{white-space:pre;overflow:auto;word-break:normal;overflow-wrap:normal;max-height:32rem}
+h3{font-size:1rem;margin:1rem 0 .4rem}
+h1,h3,li{overflow-wrap:anywhere}
+p#totals{margin:.2rem 0 .6rem}
+@media (max-width:600px){main{padding:.6rem}dl{grid-template-columns:1fr}dt{font-weight:600}table.fits{table-layout:auto;min-width:48rem}table.fits td,table.fits th{overflow-wrap:normal}}
 "#;
 
-/// `2026-12-01 04:12:33`: the page shows UTC, to the second.
-pub fn readable(at: NaiveDateTime) -> String {
-    at.format("%Y-%m-%d %H:%M:%S").to_string()
-}
-
-/// Percent-encodes everything but RFC 3986's unreserved characters, for a
-/// path segment or a query value.
-pub fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-pub fn detail_href(endpoint: &str, delivery_id: &str) -> String {
-    format!("/admin/view/{}/{}", encode(endpoint), encode(delivery_id))
-}
+pub use super::page_text::{detail_href, encode, readable};
 
 pub(super) fn layout(title: &str, logged_in: bool, content: Markup) -> Markup {
     html! {
@@ -138,6 +125,8 @@ fn filter_params(query: &ListQuery) -> String {
         ("since", &query.since),
         ("until", &query.until),
         ("id_prefix", &query.id_prefix),
+        ("q", &query.q),
+        ("scan_limit", &query.scan_limit),
         ("limit", &query.limit),
     ];
     pairs
@@ -150,7 +139,7 @@ fn filter_params(query: &ListQuery) -> String {
         .join("&")
 }
 
-pub fn listing(query: &ListQuery, page: Result<Page, String>) -> Markup {
+pub fn listing(query: &ListQuery, endpoints: &[String], page: Result<Page, String>) -> Markup {
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
     let status = value(&query.status);
     let filters = filter_params(query);
@@ -160,7 +149,7 @@ pub fn listing(query: &ListQuery, page: Result<Page, String>) -> Markup {
         html! {
             h1 { "Deliveries" }
             form.filters method="get" action="/admin/list" id="filters" {
-                label { "Endpoint" input name="endpoint" value=(value(&query.endpoint)); }
+                label { "Endpoint" (endpoint_select(endpoints, value(&query.endpoint).trim())) }
                 label { "Status"
                     select name="status" {
                         option value="" selected[status.is_empty()] { "any" }
@@ -172,21 +161,23 @@ pub fn listing(query: &ListQuery, page: Result<Page, String>) -> Markup {
                 label { "Since (RFC 3339 or 24h)" input name="since" value=(value(&query.since)); }
                 label { "Until" input name="until" value=(value(&query.until)); }
                 label { "Delivery id starts with" input name="id_prefix" value=(value(&query.id_prefix)); }
+                label { "Payload contains (within 7 d, 24 h unless since)" input name="q" id="q" value=(value(&query.q)); }
                 label { "Per page" input name="limit" inputmode="numeric" value=(value(&query.limit)); }
                 button type="submit" id="apply" { "Filter" }
             }
             @match page {
                 Err(problem) => p.notice id="query-error" { (problem) },
                 Ok(page) => {
+                    (listing_view::totals(&page))
                     @if page.rows.is_empty() {
                         p id="empty" { "No deliveries match." }
                     } @else {
                         div.table-wrap {
-                            table id="deliveries" {
+                            table.fits id="deliveries" {
                                 thead { tr {
-                                    th { "Received (UTC)" } th { "Endpoint" } th { "Delivery id" }
-                                    th { "Event type" } th { "Status" } th { "Attempts" }
-                                    th { "Answer" } th { "Replays" } th { "Completed (UTC)" } th { "Last error" }
+                                    th.at { "Received (UTC)" } th { "Endpoint" } th { "Delivery id" }
+                                    th { "Event type" } th.status { "Status" } th.num { "Attempts" }
+                                    th.num { "Answer" } th.num { "Replays" } th.at { "Completed (UTC)" } th { "Last error" }
                                 } }
                                 tbody {
                                     @for row in &page.rows { (listing_row(row)) }
@@ -213,22 +204,23 @@ fn listing_row(row: &DeliverySummary) -> Markup {
         tr.delivery {
             td { (readable(row.received_at)) }
             td { (row.endpoint) }
-            td { a.delivery-link href=(detail_href(&row.endpoint, &row.delivery_id)) { (row.delivery_id) } }
+            td {
+                a.delivery-link href=(detail_href(&row.endpoint, &row.delivery_id)) title=(row.delivery_id) {
+                    (short_id(&row.delivery_id).unwrap_or_else(|| row.delivery_id.clone()))
+                }
+            }
             td { (row.event_type.as_deref().unwrap_or("")) }
             td class={ "status-" (row.status) } { (row.status) }
             td { (row.attempts) }
             td { @if let Some(status) = row.response_status { (status) } }
             td { (row.replays) }
             td { @if let Some(at) = row.completed_at { (readable(at)) } }
-            td.error { (row.last_error.as_deref().unwrap_or("")) }
+            @match row.last_error.as_deref() {
+                None => td.error {},
+                Some(error) => td.error title=(error) { (short_error(error).unwrap_or_else(|| error.to_owned())) },
+            }
         }
     }
-}
-
-fn text(bytes: &Option<Vec<u8>>) -> Option<String> {
-    bytes
-        .as_ref()
-        .map(|b| String::from_utf8_lossy(b).into_owned())
 }
 
 pub fn detail(record: &KeyRecord) -> Markup {
@@ -258,17 +250,18 @@ pub fn detail(record: &KeyRecord) -> Markup {
                     dt { "Location" } dd { (location) }
                 }
             }
-            pre id="response-body" { (text(&detail.response_body).unwrap_or_default()) }
+            (effects_view::body("response-body", detail.response_body.as_deref(), "(no body)"))
             h2 { "Verified payload" }
-            pre id="payload" { (text(&detail.request_body).unwrap_or_else(|| "(not stored)".into())) }
+            (effects_view::body("payload", detail.request_body.as_deref(), "(not stored)"))
+            (effects_view::effects(record))
             (publications_section(record))
             h2 { "History" }
             @if record.history.is_empty() {
                 p id="no-history" { "Nothing happened to this key besides its processing." }
             } @else {
                 div.table-wrap {
-                    table id="history" {
-                        thead { tr { th { "At (UTC)" } th { "Kind" } th { "Actor" } th { "Detail" } } }
+                    table.fits id="history" {
+                        thead { tr { th.at { "At (UTC)" } th { "Kind" } th { "Actor" } th { "Detail" } } }
                         tbody {
                             @for entry in &record.history {
                                 tr {

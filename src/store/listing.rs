@@ -4,7 +4,7 @@
 
 use super::schema::deliveries::{self, dsl};
 use super::schema::delivery_history::dsl as history;
-use super::{DbConn, StoreError};
+use super::{COMPLETED, DbConn, IN_PROGRESS, StoreError};
 use crate::with_conn;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -115,6 +115,68 @@ macro_rules! summary_columns {
     };
 }
 
+/// The rows of `deliveries` that `$filter` selects after `$after`, newest
+/// first, as a boxed query of the arm's backend. Pasted into each backend's
+/// arm (a boxed query is typed by its backend), so that the listing, the
+/// payload scan and the totals narrow the table in exactly one way.
+macro_rules! filtered {
+    ($filter:expr, $after:expr) => {{
+        let filter: &DeliveryFilter = $filter;
+        let mut query = deliveries::table.into_boxed();
+        if let Some(endpoint) = &filter.endpoint {
+            query = query.filter(dsl::endpoint.eq(endpoint));
+        }
+        if let Some(status) = &filter.status {
+            query = query.filter(dsl::status.eq(status));
+        }
+        if let Some(event_type) = &filter.event_type {
+            query = query.filter(dsl::event_type.eq(event_type));
+        }
+        if let Some(since) = filter.since {
+            query = query.filter(dsl::received_at.ge(since));
+        }
+        if let Some(until) = filter.until {
+            query = query.filter(dsl::received_at.lt(until));
+        }
+        if let Some(prefix) = filter.id_prefix.as_deref().filter(|p| !p.is_empty()) {
+            let length = i32::try_from(prefix.chars().count()).unwrap_or(i32::MAX);
+            query = query.filter(substr(dsl::delivery_id, 1, length).eq(prefix));
+        }
+        let after: Option<&PagePosition> = $after;
+        if let Some(after) = after {
+            query = query.filter(
+                dsl::received_at
+                    .lt(after.received_at)
+                    .or(dsl::received_at
+                        .eq(after.received_at)
+                        .and(dsl::endpoint.lt(&after.endpoint)))
+                    .or(dsl::received_at
+                        .eq(after.received_at)
+                        .and(dsl::endpoint.eq(&after.endpoint))
+                        .and(dsl::delivery_id.lt(&after.delivery_id))),
+            );
+        }
+        query
+    }};
+}
+
+/// Up to `$limit` rows of [`filtered!`], in the listing's order.
+macro_rules! newest_first {
+    ($filter:expr, $after:expr, $limit:expr) => {
+        filtered!($filter, $after)
+            .order((
+                dsl::received_at.desc(),
+                dsl::endpoint.desc(),
+                dsl::delivery_id.desc(),
+            ))
+            .limit($limit)
+    };
+}
+
+/// A listing row with the verified request body it stored, for the
+/// payload search to read.
+pub type ScannedRow = (DeliverySummary, Option<Vec<u8>>);
+
 impl DbConn {
     /// Up to `limit` keys matching `filter`, newest first, starting after
     /// `after` (the last row of the previous page).
@@ -124,55 +186,53 @@ impl DbConn {
         after: Option<&PagePosition>,
         limit: i64,
     ) -> Result<Vec<DeliverySummary>, StoreError> {
-        let prefix = filter
-            .id_prefix
-            .as_deref()
-            .filter(|p| !p.is_empty())
-            .map(|p| (p, i32::try_from(p.chars().count()).unwrap_or(i32::MAX)));
         Ok(with_conn!(self, |c| {
-            let mut query = deliveries::table.into_boxed();
-            if let Some(endpoint) = &filter.endpoint {
-                query = query.filter(dsl::endpoint.eq(endpoint));
-            }
-            if let Some(status) = &filter.status {
-                query = query.filter(dsl::status.eq(status));
-            }
-            if let Some(event_type) = &filter.event_type {
-                query = query.filter(dsl::event_type.eq(event_type));
-            }
-            if let Some(since) = filter.since {
-                query = query.filter(dsl::received_at.ge(since));
-            }
-            if let Some(until) = filter.until {
-                query = query.filter(dsl::received_at.lt(until));
-            }
-            if let Some((prefix, length)) = prefix {
-                query = query.filter(substr(dsl::delivery_id, 1, length).eq(prefix));
-            }
-            if let Some(after) = after {
-                query = query.filter(
-                    dsl::received_at
-                        .lt(after.received_at)
-                        .or(dsl::received_at
-                            .eq(after.received_at)
-                            .and(dsl::endpoint.lt(&after.endpoint)))
-                        .or(dsl::received_at
-                            .eq(after.received_at)
-                            .and(dsl::endpoint.eq(&after.endpoint))
-                            .and(dsl::delivery_id.lt(&after.delivery_id))),
-                );
-            }
-            query
-                .order((
-                    dsl::received_at.desc(),
-                    dsl::endpoint.desc(),
-                    dsl::delivery_id.desc(),
-                ))
-                .limit(limit)
+            newest_first!(filter, after, limit)
                 .select(summary_columns!())
                 .load::<DeliverySummary>(c)
                 .await
         })?)
+    }
+
+    /// [`DbConn::list_deliveries`] with each key's stored request body: one
+    /// chunk of the payload search's bounded scan.
+    pub async fn scan_deliveries(
+        &mut self,
+        filter: &DeliveryFilter,
+        after: Option<&PagePosition>,
+        limit: i64,
+    ) -> Result<Vec<ScannedRow>, StoreError> {
+        Ok(with_conn!(self, |c| {
+            newest_first!(filter, after, limit)
+                .select((summary_columns!(), dsl::request_body))
+                .load::<ScannedRow>(c)
+                .await
+        })?)
+    }
+
+    /// How many keys `filter` selects, by status; a status none has is
+    /// left out. (One count per status: a key is in one of two.)
+    pub async fn count_matching(
+        &mut self,
+        filter: &DeliveryFilter,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let mut counts = Vec::new();
+        for status in [COMPLETED, IN_PROGRESS] {
+            if filter.status.as_deref().is_some_and(|s| s != status) {
+                continue;
+            }
+            let count: i64 = with_conn!(self, |c| {
+                filtered!(filter, None)
+                    .filter(dsl::status.eq(status))
+                    .select(diesel::dsl::count_star())
+                    .get_result(c)
+                    .await
+            })?;
+            if count > 0 {
+                counts.push((status.to_owned(), count));
+            }
+        }
+        Ok(counts)
     }
 
     /// One key's row with its stored answer and request.

@@ -4,6 +4,7 @@
 //! arm per backend so that it is compiled for both.
 
 mod deliveries;
+mod effects;
 mod error;
 mod expired;
 mod group_commit;
@@ -26,12 +27,14 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use std::sync::Arc;
 
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
+pub use effects::{CreatedPayment, Effects, LedgerEntry, RecordedEvent, RelatedDelivery};
 pub use error::StoreError;
 pub use expired::{ExpiredKey, ExpiredKind, Expiry, Scopes};
 pub use group_commit::{GroupCommitMetrics, GroupCommitOptions};
 pub use history::HistoryEntry;
 pub use listing::{
-    DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, StatusCount,
+    DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, ScannedRow,
+    StatusCount,
 };
 pub use pipeline::Flight;
 pub use pool::{DatabaseUrl, StoreOptions};

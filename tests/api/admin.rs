@@ -65,7 +65,7 @@ fn event(event_type: &str) -> Vec<u8> {
 }
 
 /// A claim left by a process that died (the teardown tolerates this owner).
-async fn plant_in_progress(app: &TestApp, id: &str) {
+pub(crate) async fn plant_in_progress(app: &TestApp, id: &str) {
     let now = chrono::Utc::now().naive_utc();
     let mut conn = app.store.conn().await.expect("a connection");
     let inserted = conn

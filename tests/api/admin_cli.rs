@@ -56,11 +56,12 @@ both_backends!(
 
         let table = stdout(&run(app, dir.path(), &["list"]));
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 5, "{table}");
+        assert_eq!(lines.len(), 6, "{table}");
+        assert_eq!(lines[5], "4 match: 4 completed", "the totals close the table");
         for header in ["RECEIVED (UTC)", "ENDPOINT", "DELIVERY ID", "STATUS", "REPLAYS"] {
             assert!(lines[0].contains(header), "{table}");
         }
-        let order: Vec<&str> = lines[1..]
+        let order: Vec<&str> = lines[1..5]
             .iter()
             .map(|line| line.split_whitespace().nth(3).unwrap_or_default())
             .collect();

@@ -134,13 +134,13 @@ both_backends_with!(admin;
         browser.screenshot("listing-1280").await.unwrap();
 
         // Filter by endpoint.
-        browser.fill("input[name=endpoint]", "other").await.unwrap();
+        browser.fill("select[name=endpoint]", "other").await.unwrap();
         browser.click("#apply").await.unwrap();
         assert_eq!(browser.texts("#deliveries a.delivery-link").await.unwrap(), ["msg_o1"]);
-        assert_eq!(browser.eval("document.querySelector('input[name=endpoint]').value").await.unwrap(), json!("other"));
+        assert_eq!(browser.eval("document.querySelector('select[name=endpoint]').value").await.unwrap(), json!("other"));
 
         // Page through one endpoint's keys, two at a time: each once, in order.
-        browser.fill("input[name=endpoint]", ENDPOINT).await.unwrap();
+        browser.fill("select[name=endpoint]", ENDPOINT).await.unwrap();
         browser.fill("input[name=limit]", "2").await.unwrap();
         browser.click("#apply").await.unwrap();
         let mut seen = Vec::new();

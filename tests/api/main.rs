@@ -13,6 +13,8 @@ mod test_schema;
 
 mod admin;
 mod admin_cli;
+mod admin_list;
+mod admin_list_cli;
 mod admin_login;
 mod admin_outbox;
 mod admin_queue;
@@ -22,6 +24,7 @@ mod bench_sql;
 mod brokers;
 mod browser;
 mod browser_dashboard;
+mod browser_list;
 mod cdp;
 mod cli;
 mod client_keys;

@@ -27,6 +27,7 @@ pub mod origin;
 pub mod outbox;
 mod page;
 pub mod queue;
+pub mod reprocess;
 mod session;
 mod settings;
 mod stats;
@@ -41,9 +42,9 @@ pub use limiter::LoginLimits;
 pub use listing::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, Page, PageRequest, fetch_page};
 pub use model::{DeliveryItem, DeliveryPage, DeliveryView, EndpointStats, Stats};
 pub use openapi::document as openapi_document;
-pub use settings::{AdminSettings, InvalidAdminSetting, RawLoginLimits, TOKENS_ENV};
+pub use settings::{AdminSettings, InvalidAdminSetting, RawAdminToken, RawLoginLimits, TOKENS_ENV};
 pub use terminal::{aligned, table};
-pub use tokens::AdminTokens;
+pub use tokens::{AdminToken, AdminTokens};
 
 use crate::maintenance::Republisher;
 use crate::store::Store;
@@ -86,6 +87,11 @@ impl Admin {
     pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Admin {
         self.queue_wake = Some(wake);
         self
+    }
+
+    /// The configured endpoints and their engine, for a reprocessing.
+    fn webhooks(&self) -> &crate::webhooks::Webhooks {
+        self.republisher.webhooks()
     }
 
     fn wake_workers(&self) {

@@ -5,6 +5,7 @@ mod fixtures;
 mod list;
 mod maintenance;
 mod outbox;
+mod progress;
 mod providers;
 mod purge;
 mod queue;
@@ -85,7 +86,12 @@ enum Command {
     Sign(sign::Args),
     /// Find claims abandoned past their lease, ask their handlers what happened, complete or release them.
     Reconcile(maintenance::ReconcileArgs),
-    /// Run a stored delivery's handlers again (after a bug fix); recorded in its history.
+    /// Run a stored delivery's handlers again (after a bug fix), or every one a filter selects; recorded in its history.
+    ///
+    /// With --delivery: that one delivery. Without: every delivery of --endpoint that
+    /// --status, --event-type, --since, --until and --id-prefix select (the filters of
+    /// `list`), counted first (--dry-run prints only the count), then run one by one,
+    /// with a progress bar on a terminal and a line per delivery otherwise.
     Reprocess(maintenance::ReprocessArgs),
     /// List stored deliveries and client keys, newest first, read straight from the database.
     ///

@@ -133,7 +133,7 @@ struct RawSettings {
     queue_workers: Option<usize>,
     queue_poll: Option<String>,
     shutdown_grace: Option<String>,
-    admin_tokens: Option<Vec<String>>,
+    admin_tokens: Option<Vec<crate::admin::RawAdminToken>>,
     admin_listen: Option<String>,
     admin_login: Option<RawLoginLimits>,
     metrics_token: Option<String>,

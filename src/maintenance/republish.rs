@@ -124,6 +124,12 @@ impl Republisher {
         }
     }
 
+    /// The configured endpoints (an operator's reprocessing runs through
+    /// their engine too).
+    pub fn webhooks(&self) -> &Webhooks {
+        &self.webhooks
+    }
+
     /// What wakes the relays of this process.
     pub fn outbox_signal(&self) -> &crate::publishers::OutboxSignal {
         self.webhooks.outbox_signal()

@@ -10,6 +10,7 @@ mod signed_fixtures;
 mod test_schema;
 
 mod admin;
+mod admin_actions;
 mod admin_cli;
 mod admin_login;
 mod admin_outbox;
@@ -19,6 +20,7 @@ mod batches;
 mod bench_sql;
 mod brokers;
 mod browser;
+mod browser_actions;
 mod cdp;
 mod cli;
 mod client_keys;

@@ -85,8 +85,8 @@ pub fn session_access(admin: &Admin, request: &HttpRequest) -> Access {
 /// happen then).
 pub fn actor(admin: &Admin, request: &HttpRequest) -> String {
     let now = chrono::Utc::now().timestamp();
-    let from_bearer = bearer::presented(request)
-        .and_then(|token| admin.tokens.matching(token.as_bytes()));
+    let from_bearer =
+        bearer::presented(request).and_then(|token| admin.tokens.matching(token.as_bytes()));
     let token = from_bearer.or_else(|| {
         request
             .cookie(session::COOKIE)

@@ -31,7 +31,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/jobs/{action}", web::post().to(job_action))
         .route("/publications", web::get().to(publications))
         .route("/publications/{action}", web::post().to(publication_action))
-        .route("/reprocess", web::post().to(super::reprocess::reprocess_form));
+        .route(
+            "/reprocess",
+            web::post().to(super::reprocess::reprocess_form),
+        );
 }
 
 /// An HTML answer that is never cached, framed or sent with a referrer, and

@@ -161,7 +161,10 @@ pub(super) async fn reprocess_form(
     let back = detail_href(&endpoint, &delivery_id);
     match reprocess_one(admin.webhooks(), &endpoint, &delivery_id, &actor).await {
         Ok(done) => HttpResponse::SeeOther()
-            .insert_header((header::LOCATION, format!("{back}?{OUTCOME}={}", done.status)))
+            .insert_header((
+                header::LOCATION,
+                format!("{back}?{OUTCOME}={}", done.status),
+            ))
             .finish(),
         Err(error) => refused_form(error, &back),
     }

@@ -96,9 +96,7 @@ impl From<&str> for RawAdminToken {
 /// token (so that a plain token ending in base64's `=` stays one).
 fn env_entry(entry: &str) -> (Option<&str>, &str) {
     match entry.split_once('=') {
-        Some((name, token))
-            if valid_name(name).is_ok() && bearer::configured(token).is_ok() =>
-        {
+        Some((name, token)) if valid_name(name).is_ok() && bearer::configured(token).is_ok() => {
             (Some(name), token)
         }
         _ => (None, entry),
@@ -252,7 +250,8 @@ mod tests {
         let env = |name: &str| {
             (name == TOKENS_ENV).then(|| " tok_env_aaaaaaaaaaaa , tok_env_bbbbbbbbbbbb".to_owned())
         };
-        let settings = AdminSettings::parse(Some(vec![RawAdminToken::from(TOKEN)]), None, None, &env).unwrap();
+        let settings =
+            AdminSettings::parse(Some(vec![RawAdminToken::from(TOKEN)]), None, None, &env).unwrap();
         assert!(settings.tokens.accepts(TOKEN.as_bytes()));
         assert!(settings.tokens.accepts(b"tok_env_aaaaaaaaaaaa"));
         assert!(settings.tokens.accepts(b"tok_env_bbbbbbbbbbbb"));
@@ -296,14 +295,22 @@ mod tests {
             r#"admin_tokens = [{name = "ops", token = "tok_ops_0123456789ab"}, "tok_plain_0123456789"]"#,
         );
         let env = |name: &str| {
-            (name == TOKENS_ENV)
-                .then(|| "oncall=tok_oncall_01234567, tok_env_plain_012345, tok_b64_0123456789ab==".to_owned())
+            (name == TOKENS_ENV).then(|| {
+                "oncall=tok_oncall_01234567, tok_env_plain_012345, tok_b64_0123456789ab=="
+                    .to_owned()
+            })
         };
         let settings = AdminSettings::parse(tokens, None, None, &env).unwrap();
         assert_eq!(settings.tokens.len(), 5);
-        assert_eq!(name_of(&settings, "tok_ops_0123456789ab"), Some(Some("ops".into())));
+        assert_eq!(
+            name_of(&settings, "tok_ops_0123456789ab"),
+            Some(Some("ops".into()))
+        );
         assert_eq!(name_of(&settings, "tok_plain_0123456789"), Some(None));
-        assert_eq!(name_of(&settings, "tok_oncall_01234567"), Some(Some("oncall".into())));
+        assert_eq!(
+            name_of(&settings, "tok_oncall_01234567"),
+            Some(Some("oncall".into()))
+        );
         assert_eq!(name_of(&settings, "tok_env_plain_012345"), Some(None));
         // A plain token that ends in `=` stays whole.
         assert_eq!(name_of(&settings, "tok_b64_0123456789ab=="), Some(None));
@@ -315,12 +322,18 @@ mod tests {
     #[test]
     fn names_are_checked_unique_and_a_named_token_takes_no_other_key() {
         let cases = [
-            (r#"admin_tokens = [{name = "o p s", token = "tok_ops_0123456789ab"}]"#, "letters"),
+            (
+                r#"admin_tokens = [{name = "o p s", token = "tok_ops_0123456789ab"}]"#,
+                "letters",
+            ),
             (
                 r#"admin_tokens = [{name = "ops", token = "tok_ops_0123456789ab"}, {name = "ops", token = "tok_two_0123456789ab"}]"#,
                 "two tokens",
             ),
-            (r#"admin_tokens = [{name = "ops", token = "tiny"}]"#, "too short"),
+            (
+                r#"admin_tokens = [{name = "ops", token = "tiny"}]"#,
+                "too short",
+            ),
         ];
         for (text, expected) in cases {
             let error = AdminSettings::parse(file(text), None, None, &no_env).unwrap_err();
@@ -337,7 +350,11 @@ mod tests {
             r#"admin_tokens = [{name = "ops", token = "tok_ops_0123456789ab", role = "x"}]"#,
         )
         .unwrap_err();
-        assert!(error.message().contains("unknown field `role`"), "{}", error.message());
+        assert!(
+            error.message().contains("unknown field `role`"),
+            "{}",
+            error.message()
+        );
         assert!(!error.message().contains("tok_ops"), "{}", error.message());
         let env = |_: &str| Some("ops=tok_ops_0123456789ab,ops=tok_two_0123456789ab".to_owned());
         let error = AdminSettings::parse(None, None, None, &env).unwrap_err();
@@ -359,7 +376,9 @@ mod tests {
 
     #[test]
     fn settings_never_print_their_tokens() {
-        let settings = AdminSettings::parse(Some(vec![RawAdminToken::from(TOKEN)]), None, None, &no_env).unwrap();
+        let settings =
+            AdminSettings::parse(Some(vec![RawAdminToken::from(TOKEN)]), None, None, &no_env)
+                .unwrap();
         assert!(!format!("{settings:?}").contains(TOKEN));
     }
 

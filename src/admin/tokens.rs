@@ -144,7 +144,14 @@ mod tests {
         for good in ["ops", "alice.b", "ci_deploy-2", &"a".repeat(MAX_NAME_LEN)] {
             assert!(valid_name(good).is_ok(), "{good}");
         }
-        for bad in ["", "has space", "ops:1", "é", "a/b", &"a".repeat(MAX_NAME_LEN + 1)] {
+        for bad in [
+            "",
+            "has space",
+            "ops:1",
+            "é",
+            "a/b",
+            &"a".repeat(MAX_NAME_LEN + 1),
+        ] {
             assert!(valid_name(bad).is_err(), "{bad}");
         }
     }

@@ -4,8 +4,8 @@
 use super::progress::Progress;
 use idempotent_receiver::admin;
 use idempotent_receiver::config::Settings;
-use idempotent_receiver::log_text::escaped;
 use idempotent_receiver::handlers::Registry;
+use idempotent_receiver::log_text::escaped;
 use idempotent_receiver::maintenance;
 use idempotent_receiver::startup;
 use idempotent_receiver::webhooks::Webhooks;

@@ -1,8 +1,8 @@
 //! `purge`: one pass of the retention purge, as `serve` runs it in the
 //! background.
 
-use idempotent_receiver::config::Settings;
 use super::progress::Progress;
+use idempotent_receiver::config::Settings;
 use idempotent_receiver::maintenance::{self, PurgeOptions, PurgeReport, RetentionPolicy};
 use idempotent_receiver::startup;
 use std::time::Duration;

@@ -151,8 +151,7 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
                     progress.step(done as u64, "job(s) retried");
                 };
                 let outcome =
-                    queue::retry_matching_reporting(&store, &filter, &who, false, &mut shown)
-                        .await;
+                    queue::retry_matching_reporting(&store, &filter, &who, false, &mut shown).await;
                 progress.finish();
                 let outcome = outcome?;
                 println!(

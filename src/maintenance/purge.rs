@@ -123,9 +123,7 @@ pub async fn purge_reporting(
         } else {
             match delete_in_batches(store, &expiry, retention, options, &mut report, progress).await
             {
-                Ok(()) => {
-                    delete_publications(store, &expiry, options, &mut report, progress).await
-                }
+                Ok(()) => delete_publications(store, &expiry, options, &mut report, progress).await,
                 Err(error) => Err(error),
             }
         };

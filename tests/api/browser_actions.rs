@@ -5,10 +5,10 @@
 //! posts the same form with the operator's cookie is refused and changes
 //! nothing. Skipped as browser.rs's tests are where no Chromium is found.
 
-use crate::admin_actions::{OPS_TOKEN, named};
+use crate::admin_actions::{OPS_TOKEN, named, note};
 use crate::both_backends_with;
 use crate::cdp::{self, Browser};
-use crate::helpers::{ENDPOINT, TestApp, payment};
+use crate::helpers::{ENDPOINT, TestApp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -58,7 +58,7 @@ both_backends_with! { named;
             return;
         };
         for id in ["msg_c1", "msg_c2"] {
-            assert_eq!(app.deliver(id, &payment(&format!("pay_{id}"), 100)).await.status(), 200);
+            assert_eq!(app.deliver(id, &note(id)).await.status(), 200);
         }
         let mut browser = Browser::launch(&executable).await.expect("Chromium starts");
         let admin = app.admin_address.clone();

@@ -1,6 +1,7 @@
 //! The operator surface over the stored keys: a JSON API (`/admin/deliveries`,
 //! `/admin/stats`, `/admin/openapi.json`), a web page (`/admin`) and the
-//! `list` command's table. Nothing here changes a key; the queue's actions
+//! `list` command's table. Nothing here changes a key but a reprocessing
+//! ([`reprocess`]: the engine runs its handlers again); the queue's actions
 //! (`/admin/queue`, the page's `/admin/jobs`, the `queue` command) change
 //! only jobs and pauses of queued endpoints ([`queue`]), and the outbox's
 //! (`/admin/outbox`, a delivery's `republish`, the page's
@@ -9,7 +10,9 @@
 //!
 //! Every route needs one of the configured admin tokens (`admin_tokens`,
 //! `IR_ADMIN_TOKENS`): the API as `Authorization: Bearer <token>`, the page
-//! through a session cookie derived from the token at log-in. With no token
+//! through a session cookie derived from the token at log-in. Every action
+//! is recorded with its actor: `admin:<name>` for a named token, else
+//! `admin:<fingerprint>` (`auth::actor`). With no token
 //! configured nothing is mounted and `/admin` answers 404. Wrong credentials
 //! are rate-limited per address and globally ([`limiter`]), and the page's
 //! forms refuse cross-site posts ([`origin`]).

@@ -74,7 +74,7 @@ enum Command {
     /// admin token is configured, /admin (the page, /admin/login, /admin/logout) and
     /// its API /admin/deliveries, /admin/deliveries/{endpoint}/{delivery_id},
     /// /admin/stats, /admin/queue (and its retry, cancel, pause and resume actions),
-    /// /admin/outbox (and its retry; a delivery's republish) and /admin/openapi.json,
+    /// /admin/outbox (and its retry; a delivery's republish), a delivery's reprocess and /admin/openapi.json,
     /// on `admin_listen` if set.
     #[command(after_help = ENVIRONMENT)]
     Serve,

@@ -247,16 +247,21 @@ fn admin_tokens_may_be_named_and_a_wrong_key_is_named_without_the_token() {
     assert_eq!(plain.map(|t| t.name.is_none()), Some(true));
     assert!(!format!("{settings:?}").contains("tok_"));
 
-    let message = parse("admin_tokens = [{name = \"ops\", token = \"tok_named_0123456789\", role = \"x\"}]\n")
-        .unwrap_err()
-        .to_string();
+    let message = parse(
+        "admin_tokens = [{name = \"ops\", token = \"tok_named_0123456789\", role = \"x\"}]\n",
+    )
+    .unwrap_err()
+    .to_string();
     assert!(message.starts_with("receiver.toml: "), "{message}");
     assert!(message.contains("role"), "{message}");
     assert!(!message.contains("tok_named"), "{message}");
     let message = parse("admin_tokens = [{name = \"o/ps\", token = \"tok_named_0123456789\"}]\n")
         .unwrap_err()
         .to_string();
-    assert!(message.starts_with("receiver.toml: `admin_tokens`"), "{message}");
+    assert!(
+        message.starts_with("receiver.toml: `admin_tokens`"),
+        "{message}"
+    );
     assert!(!message.contains("tok_named"), "{message}");
 }
 

@@ -48,7 +48,7 @@ pub fn note(text: &str) -> Vec<u8> {
 }
 
 /// The key's history as (kind, actor) pairs, oldest first.
-async fn history(app: &TestApp, endpoint: &str, id: &str) -> Vec<(String, String)> {
+pub async fn history(app: &TestApp, endpoint: &str, id: &str) -> Vec<(String, String)> {
     let mut conn = app.store.conn().await.unwrap();
     conn.history(endpoint, id)
         .await
@@ -130,27 +130,21 @@ both_backends_with! { named;
         assert_eq!(login.status(), 303);
         let cookie = login.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
         let form = [("endpoint", ENDPOINT), ("delivery_id", "msg_f1")];
-        let forged = client
-            .post(format!("{}/admin/reprocess", app.admin_address))
-            .header("cookie", &cookie)
-            .header("sec-fetch-site", "cross-site")
-            .header("origin", "http://evil.example")
-            .form(&form)
-            .send()
+        let reprocess = |headers: &[(&'static str, &str)]| {
+            let mut request = client.post(format!("{}/admin/reprocess", app.admin_address)).form(&form);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            request.send()
+        };
+        let forged = reprocess(&[("cookie", &cookie), ("sec-fetch-site", "cross-site"), ("origin", "http://evil.example")])
             .await
             .unwrap();
         assert_eq!(forged.status(), 403);
         assert!(history(app, ENDPOINT, "msg_f1").await.is_empty());
         assert_eq!(app.delivery("msg_f1").await.unwrap().attempts, 1);
 
-        let done = client
-            .post(format!("{}/admin/reprocess", app.admin_address))
-            .header("cookie", &cookie)
-            .header("sec-fetch-site", "same-origin")
-            .form(&form)
-            .send()
-            .await
-            .unwrap();
+        let done = reprocess(&[("cookie", &cookie), ("sec-fetch-site", "same-origin")]).await.unwrap();
         assert_eq!(done.status(), 303);
         assert_eq!(done.headers()["location"], "/admin/view/shop/msg_f1?reprocessed=200");
         assert_eq!(history(app, ENDPOINT, "msg_f1").await, [("reprocessed".to_owned(), "admin:ops".to_owned())]);
@@ -167,12 +161,7 @@ both_backends_with! { named;
         assert!(page.contains("admin:ops"), "{page}");
 
         // Without a session: 401, nothing done.
-        let anonymous = client
-            .post(format!("{}/admin/reprocess", app.admin_address))
-            .form(&form)
-            .send()
-            .await
-            .unwrap();
+        let anonymous = reprocess(&[]).await.unwrap();
         assert_eq!(anonymous.status(), 401);
         assert_eq!(history(app, ENDPOINT, "msg_f1").await.len(), 1);
     }

@@ -5,10 +5,10 @@
 //! posts the same form with the operator's cookie is refused and changes
 //! nothing. Skipped as browser.rs's tests are where no Chromium is found.
 
-use crate::admin_actions::{OPS_TOKEN, named, note};
+use crate::admin_actions::{OPS_TOKEN, history, named, note};
 use crate::both_backends_with;
 use crate::cdp::{self, Browser};
-use crate::helpers::{ENDPOINT, TestApp};
+use crate::helpers::ENDPOINT;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -36,16 +36,6 @@ async fn attacker(page: String) -> String {
     address
 }
 
-async fn history(app: &TestApp, id: &str) -> Vec<(String, String)> {
-    let mut conn = app.store.conn().await.unwrap();
-    conn.history(ENDPOINT, id)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| (h.kind, h.actor.unwrap_or_default()))
-        .collect()
-}
-
 both_backends_with! { named;
     async fn an_operator_reprocesses_from_the_key_page_and_a_cross_site_form_is_refused(app) {
         let Some(executable) = cdp::executable().or_else(|| {
@@ -69,12 +59,12 @@ both_backends_with! { named;
 
         // Reprocess from the key page: back on it, with the outcome.
         browser.goto(&format!("{admin}/admin/view/shop/msg_c1")).await.unwrap();
-        assert!(history(app, "msg_c1").await.is_empty());
+        assert!(history(app, ENDPOINT, "msg_c1").await.is_empty());
         browser.click("#reprocess").await.unwrap();
         assert_eq!(browser.path().await.unwrap(), "/admin/view/shop/msg_c1");
         let notice = browser.text("#action-done").await.unwrap();
         assert!(notice.contains("answered 200"), "{notice}");
-        assert_eq!(history(app, "msg_c1").await, [("reprocessed".to_owned(), "admin:ops".to_owned())]);
+        assert_eq!(history(app, ENDPOINT, "msg_c1").await, [("reprocessed".to_owned(), "admin:ops".to_owned())]);
         assert_eq!(app.delivery("msg_c1").await.unwrap().attempts, 2);
         let actors = browser.texts("#history tbody td:nth-child(3)").await.unwrap();
         assert_eq!(actors, ["admin:ops"]);
@@ -92,7 +82,7 @@ both_backends_with! { named;
         assert_eq!(browser.path().await.unwrap(), "/admin/reprocess");
         let refusal = browser.text("body").await.unwrap();
         assert!(refusal.contains("cross-site"), "{refusal}");
-        assert!(history(app, "msg_c2").await.is_empty(), "nothing recorded");
+        assert!(history(app, ENDPOINT, "msg_c2").await.is_empty(), "nothing recorded");
         assert_eq!(app.delivery("msg_c2").await.unwrap().attempts, 1, "nothing ran");
     }
 }

@@ -45,6 +45,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             "/deliveries/{endpoint}/{delivery_id}/republish",
             web::post().to(republish),
         )
+        .route(
+            "/deliveries/{endpoint}/{delivery_id}/reprocess",
+            web::post().to(super::reprocess::reprocess),
+        )
         .route("/openapi.json", web::get().to(openapi));
 }
 

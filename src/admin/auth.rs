@@ -6,6 +6,7 @@ use super::Admin;
 use super::error::AdminError;
 use super::limiter::Limited;
 use super::session;
+use super::tokens::AdminToken;
 use crate::bearer;
 use crate::providers::mac::{self, Algorithm};
 use crate::telemetry::metrics;
@@ -74,23 +75,28 @@ pub fn session_access(admin: &Admin, request: &HttpRequest) -> Access {
     check_bearer(admin, request)
 }
 
-/// Who an admin action is recorded as: `admin:` and eight hex digits of an
-/// HMAC-SHA256 of the token that allowed it (keyed with a fixed context),
-/// so that the history tells tokens apart without holding anything that
-/// helps to guess one. Called once access was granted; `admin` alone if no
-/// token can be told (it cannot happen then).
+/// Who an admin action is recorded as: `admin:<name>` for a named token
+/// (`admin_tokens = [{name = "ops", token = "..."}]`), else `admin:` and
+/// eight hex digits of an HMAC-SHA256 of the token that allowed it (keyed
+/// with a fixed context), so that the history tells tokens apart without
+/// holding anything that helps to guess one. The bearer token, else the
+/// session's (whose HMAC key says which token logged in). Called once
+/// access was granted; `admin` alone if no token can be told (it cannot
+/// happen then).
 pub fn actor(admin: &Admin, request: &HttpRequest) -> String {
     let now = chrono::Utc::now().timestamp();
-    let from_bearer = bearer::presented(request)
-        .map(str::as_bytes)
-        .filter(|token| admin.tokens.accepts(token));
+    let from_bearer =
+        bearer::presented(request).and_then(|token| admin.tokens.matching(token.as_bytes()));
     let token = from_bearer.or_else(|| {
         request
             .cookie(session::COOKIE)
             .and_then(|cookie| session::holder(&admin.tokens, cookie.value(), now))
     });
     match token {
-        Some(token) => format!("admin:{}", fingerprint(token)),
+        Some(AdminToken {
+            name: Some(name), ..
+        }) => format!("admin:{name}"),
+        Some(token) => format!("admin:{}", fingerprint(token.secret.expose())),
         None => "admin".to_owned(),
     }
 }

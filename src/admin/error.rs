@@ -35,6 +35,9 @@ pub enum AdminError {
     /// A republish of one delivery that was skipped; says why.
     #[error("{0}")]
     NotRepublishable(String),
+    /// A reprocessing that did not replace the answer; says why.
+    #[error("{0}")]
+    NotReprocessed(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Too many wrong credentials: this one was not even looked at.
@@ -125,6 +128,12 @@ impl AdminError {
                 StatusCode::CONFLICT,
                 "not-republishable",
                 "The delivery cannot be republished",
+                self.to_string(),
+            ),
+            AdminError::NotReprocessed(_) => Problem::new(
+                StatusCode::CONFLICT,
+                "not-reprocessed",
+                "The delivery was not reprocessed",
                 self.to_string(),
             ),
             AdminError::TooManyAttempts(limited) => Problem::new(

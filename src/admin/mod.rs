@@ -1,7 +1,8 @@
 //! The operator surface over the stored keys: a JSON API (`/admin/deliveries`,
 //! `/admin/stats`, `/admin/dashboard.json`, `/admin/openapi.json`), web
 //! pages (the dashboard at `/admin`, the listing at `/admin/list`) and the
-//! `list` command's table. Nothing here changes a key; the queue's actions
+//! `list` command's table. Nothing here changes a key but a reprocessing
+//! ([`reprocess`]: the engine runs its handlers again); the queue's actions
 //! (`/admin/queue`, the page's `/admin/jobs`, the `queue` command) change
 //! only jobs and pauses of queued endpoints ([`queue`]), and the outbox's
 //! (`/admin/outbox`, a delivery's `republish`, the page's
@@ -10,7 +11,9 @@
 //!
 //! Every route needs one of the configured admin tokens (`admin_tokens`,
 //! `IR_ADMIN_TOKENS`): the API as `Authorization: Bearer <token>`, the page
-//! through a session cookie derived from the token at log-in. With no token
+//! through a session cookie derived from the token at log-in. Every action
+//! is recorded with its actor: `admin:<name>` for a named token, else
+//! `admin:<fingerprint>` (`auth::actor`). With no token
 //! configured nothing is mounted and `/admin` answers 404. Wrong credentials
 //! are rate-limited per address and globally ([`limiter`]), and the page's
 //! forms refuse cross-site posts ([`origin`]).
@@ -36,6 +39,7 @@ mod page_text;
 mod payload_search;
 mod pretty;
 pub mod queue;
+pub mod reprocess;
 mod session;
 mod settings;
 mod stats;
@@ -51,9 +55,9 @@ pub use limiter::LoginLimits;
 pub use listing::{DEFAULT_LIMIT, ListQuery, MAX_LIMIT, Page, PageRequest, fetch_page};
 pub use model::{DeliveryItem, DeliveryPage, DeliveryView, EndpointStats, Stats};
 pub use openapi::document as openapi_document;
-pub use settings::{AdminSettings, InvalidAdminSetting, RawLoginLimits, TOKENS_ENV};
+pub use settings::{AdminSettings, InvalidAdminSetting, RawAdminToken, RawLoginLimits, TOKENS_ENV};
 pub use terminal::{aligned, table, totals_line};
-pub use tokens::AdminTokens;
+pub use tokens::{AdminToken, AdminTokens};
 
 use crate::maintenance::Republisher;
 use crate::store::Store;
@@ -107,6 +111,11 @@ impl Admin {
     pub fn waking(mut self, wake: Arc<tokio::sync::Notify>) -> Admin {
         self.queue_wake = Some(wake);
         self
+    }
+
+    /// The configured endpoints and their engine, for a reprocessing.
+    fn webhooks(&self) -> &crate::webhooks::Webhooks {
+        self.republisher.webhooks()
     }
 
     fn wake_workers(&self) {

@@ -1,7 +1,7 @@
 //! The admin API's OpenAPI document, generated from the handlers' and
 //! types' annotations, so that it cannot drift from the code.
 
-use super::{api, dashboard, model, outbox, queue};
+use super::{api, dashboard, model, outbox, queue, reprocess};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 #[openapi(
     info(
         title = "idempotent-receiver admin API",
-        description = "Views of the stored deliveries and client keys, the operator's actions on queued endpoints' jobs, and the outbox's publications (retry, republish). Job actions and republishes are recorded in the delivery's history with the actor `admin:<token fingerprint>`. Every route needs `Authorization: Bearer <admin token>`."
+        description = "Views of the stored deliveries and client keys, the operator's actions on queued endpoints' jobs, and the outbox's publications (retry, republish). Reprocessing, job actions and republishes are recorded in the delivery's history with the actor `admin:<token name>` (a named token) or `admin:<token fingerprint>`. Every route needs `Authorization: Bearer <admin token>`."
     ),
     paths(
         api::list,
@@ -25,6 +25,7 @@ use utoipa::{Modify, OpenApi};
         api::outbox_list,
         api::outbox_retry,
         api::republish,
+        reprocess::reprocess,
         api::openapi
     ),
     components(schemas(
@@ -53,6 +54,7 @@ use utoipa::{Modify, OpenApi};
         outbox::PublisherBacklog,
         outbox::OutboxRetry,
         crate::maintenance::RepublishReport,
+        reprocess::Reprocessed,
         crate::maintenance::Republication,
         crate::maintenance::Skipped,
     )),

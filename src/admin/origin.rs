@@ -1,4 +1,5 @@
-//! Cross-site request forgery on the page's two forms (log in, log out).
+//! Cross-site request forgery on the page's forms (log in, log out, and
+//! every action: reprocess, the queue's and the outbox's).
 //!
 //! Browsers say where a POST comes from: `Sec-Fetch-Site` (every current
 //! browser) and `Origin` (on every POST since 2020). A POST is refused when

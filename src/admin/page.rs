@@ -33,7 +33,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/jobs", web::get().to(jobs))
         .route("/jobs/{action}", web::post().to(job_action))
         .route("/publications", web::get().to(publications))
-        .route("/publications/{action}", web::post().to(publication_action));
+        .route("/publications/{action}", web::post().to(publication_action))
+        .route(
+            "/reprocess",
+            web::post().to(super::reprocess::reprocess_form),
+        );
 }
 
 /// An HTML answer that is never cached, framed or sent with a referrer, and
@@ -219,8 +223,9 @@ async fn view(
         return refusal;
     }
     let (endpoint, delivery_id) = path.into_inner();
+    let reprocessed = super::reprocess::outcome_of(request.query_string());
     match fetch_detail(&admin.store, &endpoint, &delivery_id).await {
-        Ok(record) => html(StatusCode::OK, views::detail(&record)),
+        Ok(record) => html(StatusCode::OK, views::detail(&record, reprocessed)),
         Err(error @ AdminError::NotFound { .. }) => {
             html(StatusCode::NOT_FOUND, views::not_found(&error.to_string()))
         }
@@ -343,7 +348,7 @@ async fn job_action(
 /// A page form's fields, once it passed the checks every form passes:
 /// refused cross-site (403) as log-in and log-out are, and without a
 /// session (401) before anything is read.
-fn form_of<T: serde::de::DeserializeOwned + Default>(
+pub(super) fn form_of<T: serde::de::DeserializeOwned + Default>(
     admin: &Admin,
     request: &HttpRequest,
     body: &[u8],
@@ -369,13 +374,14 @@ fn form_of<T: serde::de::DeserializeOwned + Default>(
 
 /// A form that changed nothing: why, on a page that leads `back`, with
 /// the problem's status; anything else as problem+json.
-fn refused_form(error: AdminError, back: &'static str) -> HttpResponse {
+pub(super) fn refused_form(error: AdminError, back: &str) -> HttpResponse {
     match error {
         error @ (AdminError::BadParameter { .. }
         | AdminError::NoJob { .. }
         | AdminError::NotFound { .. }
         | AdminError::UnknownEndpoint(_)
         | AdminError::NotRepublishable(_)
+        | AdminError::NotReprocessed(_)
         | AdminError::Conflict(_)) => {
             let status =
                 StatusCode::from_u16(error.to_problem().status).unwrap_or(StatusCode::BAD_REQUEST);

@@ -390,6 +390,18 @@ pub async fn retry_matching(
     actor: &str,
     dry_run: bool,
 ) -> Result<BulkRetry, AdminError> {
+    retry_matching_reporting(store, filter, actor, dry_run, &mut |_, _| {}).await
+}
+
+/// [`retry_matching`], telling `progress` how many of the matched jobs
+/// were retried after each one (the `queue retry --all` progress bar).
+pub async fn retry_matching_reporting(
+    store: &Store,
+    filter: &JobFilter,
+    actor: &str,
+    dry_run: bool,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
+) -> Result<BulkRetry, AdminError> {
     let keys = store.conn().await?.matching_jobs(filter).await?;
     let matched = keys.len();
     if dry_run {
@@ -409,6 +421,7 @@ pub async fn retry_matching(
         } else {
             tx.rollback().await?;
         }
+        progress(retried, matched);
     }
     if retried > 0 {
         store.conn().await?.notify_queue().await?;

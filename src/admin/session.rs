@@ -4,7 +4,7 @@
 //! constant time), it stops working when that token is removed from the
 //! configuration, and it expires by itself.
 
-use super::tokens::AdminTokens;
+use super::tokens::{AdminToken, AdminTokens};
 use crate::providers::mac::{self, Algorithm};
 
 pub const COOKIE: &str = "ir_admin_session";
@@ -25,9 +25,11 @@ pub fn verify(tokens: &AdminTokens, value: &str, now: i64) -> bool {
     holder(tokens, value, now).is_some()
 }
 
-/// The token whose live session `value` is (to name the operator in the
-/// history by its fingerprint); every token is tried, whichever matches.
-pub fn holder<'t>(tokens: &'t AdminTokens, value: &str, now: i64) -> Option<&'t [u8]> {
+/// The token whose live session `value` is: the HMAC's key tells it, so
+/// the session remembers which token logged in (and the page's actions
+/// are recorded with its name) without holding it. Every token is tried,
+/// whichever matches.
+pub fn holder<'t>(tokens: &'t AdminTokens, value: &str, now: i64) -> Option<&'t AdminToken> {
     let (expires, tag) = value.split_once('.')?;
     let expiry = expires.parse::<i64>().ok()?;
     let tag = hex::decode(tag).ok()?;
@@ -35,10 +37,10 @@ pub fn holder<'t>(tokens: &'t AdminTokens, value: &str, now: i64) -> Option<&'t 
         return None;
     }
     let mut matched = None;
-    for token in tokens.exposed() {
+    for token in tokens.iter() {
         let valid = mac::verify(
             Algorithm::Sha256,
-            token,
+            token.secret.expose(),
             &[CONTEXT, expires.as_bytes()],
             &tag,
         );
@@ -55,7 +57,7 @@ mod tests {
     use crate::secret::Secret;
 
     fn tokens(list: &[&str]) -> AdminTokens {
-        AdminTokens::new(
+        AdminTokens::unnamed(
             list.iter()
                 .map(|t| Secret::new(t.as_bytes().to_vec()))
                 .collect(),
@@ -70,6 +72,23 @@ mod tests {
         assert!(verify(&configured, &value, 1_000));
         assert!(verify(&configured, &value, 1_000 + LIFETIME_SECS - 1));
         assert!(!verify(&configured, &value, 1_000 + LIFETIME_SECS));
+    }
+
+    #[test]
+    fn a_session_remembers_which_named_token_logged_in() {
+        let configured = AdminTokens::new(vec![
+            AdminToken {
+                name: Some("ops".into()),
+                secret: Secret::new(b"tok_ops_0123456789ab".to_vec()),
+            },
+            AdminToken {
+                name: Some("oncall".into()),
+                secret: Secret::new(b"tok_oncall_01234567".to_vec()),
+            },
+        ]);
+        let value = issue(b"tok_oncall_01234567", 1_000);
+        let holder = holder(&configured, &value, 1_000).map(|t| t.name.clone());
+        assert_eq!(holder, Some(Some("oncall".to_owned())));
     }
 
     #[test]

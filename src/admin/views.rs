@@ -37,6 +37,7 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.25rem 1rem;background
 dt{color:#4a5263}dd{margin:0;word-break:break-all}
 nav.pager{display:flex;gap:1rem;margin:1rem 0}
 p.notice{background:#fff3f3;border:1px solid #e3b4b4;padding:.5rem .7rem;border-radius:4px}
+p.done{background:#f0fff3;border:1px solid #9fd3ab;padding:.5rem .7rem;border-radius:4px}
 form.inline{display:inline;margin:0 .2rem 0 0}
 form.inline button{padding:.15rem .45rem;font-size:.85rem}
 .login{max-width:26rem;margin:3rem auto;background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:1.2rem}
@@ -223,7 +224,9 @@ fn listing_row(row: &DeliverySummary) -> Markup {
     }
 }
 
-pub fn detail(record: &KeyRecord) -> Markup {
+/// A key's page; `reprocessed`: the status the handlers just answered,
+/// when an operator's reprocessing sent them back here.
+pub fn detail(record: &KeyRecord, reprocessed: Option<u16>) -> Markup {
     let row = &record.detail.summary;
     let detail = &record.detail;
     layout(
@@ -232,6 +235,7 @@ pub fn detail(record: &KeyRecord) -> Markup {
         html! {
             p { a href="/admin/list" id="back" { "« All deliveries" } }
             h1 id="delivery-id" { (row.delivery_id) }
+            (super::reprocess::section(row, reprocessed))
             dl id="summary" {
                 dt { "Endpoint" } dd { (row.endpoint) }
                 dt { "Event type" } dd { (row.event_type.as_deref().unwrap_or("—")) }
@@ -433,10 +437,10 @@ fn job_row(job: &QueueJob) -> Markup {
 
 /// Why a form changed nothing, with a link `back` to its page.
 pub fn notice(message: &str, back: &str) -> Markup {
-    let label = if back == "/admin/jobs" {
-        "« Queue"
-    } else {
-        "« Outbox"
+    let label = match back {
+        "/admin/jobs" => "« Queue",
+        "/admin/publications" => "« Outbox",
+        _ => "« Delivery",
     };
     layout(
         "Not done",

@@ -5,6 +5,7 @@ mod fixtures;
 mod list;
 mod maintenance;
 mod outbox;
+mod progress;
 mod providers;
 mod purge;
 mod queue;
@@ -76,7 +77,7 @@ enum Command {
     /// /admin/logout) and its API /admin/deliveries,
     /// /admin/deliveries/{endpoint}/{delivery_id}, /admin/stats, /admin/dashboard.json,
     /// /admin/queue (and its retry, cancel, pause and resume actions), /admin/outbox
-    /// (and its retry; a delivery's republish) and /admin/openapi.json,
+    /// (and its retry; a delivery's republish), a delivery's reprocess and /admin/openapi.json,
     /// on `admin_listen` if set.
     #[command(after_help = ENVIRONMENT)]
     Serve,
@@ -88,7 +89,12 @@ enum Command {
     Sign(sign::Args),
     /// Find claims abandoned past their lease, ask their handlers what happened, complete or release them.
     Reconcile(maintenance::ReconcileArgs),
-    /// Run a stored delivery's handlers again (after a bug fix); recorded in its history.
+    /// Run a stored delivery's handlers again (after a bug fix), or every one a filter selects; recorded in its history.
+    ///
+    /// With --delivery: that one delivery. Without: every delivery of --endpoint that
+    /// --status, --event-type, --since, --until and --id-prefix select (the filters of
+    /// `list`), counted first (--dry-run prints only the count), then run one by one,
+    /// with a progress bar on a terminal and a line per delivery otherwise.
     Reprocess(maintenance::ReprocessArgs),
     /// List stored deliveries and client keys, newest first, read straight from the database.
     ///

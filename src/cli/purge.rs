@@ -1,8 +1,9 @@
 //! `purge`: one pass of the retention purge, as `serve` runs it in the
 //! background.
 
+use super::progress::Progress;
 use idempotent_receiver::config::Settings;
-use idempotent_receiver::maintenance::{self, PurgeOptions, RetentionPolicy};
+use idempotent_receiver::maintenance::{self, PurgeOptions, PurgeReport, RetentionPolicy};
 use idempotent_receiver::startup;
 use std::time::Duration;
 
@@ -37,7 +38,17 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         ..PurgeOptions::from_settings(&settings.purge)
     };
-    match maintenance::purge(&store, &policy, &options).await {
+    let progress = Progress::start("purge", None);
+    let mut shown = |report: &PurgeReport| {
+        let rows = report.total() + report.publications;
+        progress.step(
+            rows,
+            &format!("batch {}: {rows} row(s) deleted so far", report.batches),
+        );
+    };
+    let outcome = maintenance::purge_reporting(&store, &policy, &options, &mut shown).await;
+    progress.finish();
+    match outcome {
         Ok(report) => {
             print!("{report}");
             Ok(())

@@ -5,6 +5,7 @@
 //! the serving process finds the job at its next poll (`queue_poll`).
 
 use super::actor;
+use super::progress::Progress;
 use idempotent_receiver::admin::queue::{self, QueueListing, QueueQuery, RetryQuery};
 use idempotent_receiver::config::Settings;
 use idempotent_receiver::startup;
@@ -138,15 +139,25 @@ pub async fn run(settings: &Settings, args: Args) -> anyhow::Result<()> {
                     dry_run: Some(dry_run.to_string()),
                 };
                 let (filter, dry_run) = query.validate(now)?;
-                let outcome = queue::retry_matching(&store, &filter, &who, dry_run).await?;
-                if outcome.dry_run {
-                    println!("{} job(s) would be retried", outcome.matched);
-                } else {
-                    println!(
-                        "retried {} of {} matching job(s)",
-                        outcome.retried, outcome.matched
-                    );
+                // Counted first: the count is the bar's length (and all a
+                // dry run prints).
+                let counted = queue::retry_matching(&store, &filter, &who, true).await?;
+                if dry_run {
+                    println!("{} job(s) would be retried", counted.matched);
+                    return Ok(());
                 }
+                let progress = Progress::start("retry", Some(counted.matched as u64));
+                let mut shown = |done: usize, _matched: usize| {
+                    progress.step(done as u64, "job(s) retried");
+                };
+                let outcome =
+                    queue::retry_matching_reporting(&store, &filter, &who, false, &mut shown).await;
+                progress.finish();
+                let outcome = outcome?;
+                println!(
+                    "retried {} of {} matching job(s)",
+                    outcome.retried, outcome.matched
+                );
             } else {
                 let (Some(endpoint), Some(delivery)) = (endpoint, delivery) else {
                     anyhow::bail!("retry needs --endpoint and --delivery, or --all");

@@ -142,7 +142,7 @@ struct RawSettings {
     queue_poll: Option<String>,
     traffic_flush_interval: Option<String>,
     shutdown_grace: Option<String>,
-    admin_tokens: Option<Vec<String>>,
+    admin_tokens: Option<Vec<crate::admin::RawAdminToken>>,
     admin_listen: Option<String>,
     admin_login: Option<RawLoginLimits>,
     metrics_token: Option<String>,

@@ -238,6 +238,34 @@ fn admin_tokens_come_from_the_file_and_the_environment_and_a_bad_one_is_named_no
 }
 
 #[test]
+fn admin_tokens_may_be_named_and_a_wrong_key_is_named_without_the_token() {
+    let text = "admin_tokens = [{name = \"ops\", token = \"tok_named_0123456789\"}, \"tok_plain_0123456789\"]\n";
+    let settings = parse(text).unwrap();
+    let named = settings.admin.tokens.matching(b"tok_named_0123456789");
+    assert_eq!(named.and_then(|t| t.name.as_deref()), Some("ops"));
+    let plain = settings.admin.tokens.matching(b"tok_plain_0123456789");
+    assert_eq!(plain.map(|t| t.name.is_none()), Some(true));
+    assert!(!format!("{settings:?}").contains("tok_"));
+
+    let message = parse(
+        "admin_tokens = [{name = \"ops\", token = \"tok_named_0123456789\", role = \"x\"}]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(message.starts_with("receiver.toml: "), "{message}");
+    assert!(message.contains("role"), "{message}");
+    assert!(!message.contains("tok_named"), "{message}");
+    let message = parse("admin_tokens = [{name = \"o/ps\", token = \"tok_named_0123456789\"}]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with("receiver.toml: `admin_tokens`"),
+        "{message}"
+    );
+    assert!(!message.contains("tok_named"), "{message}");
+}
+
+#[test]
 fn endpoints_without_their_own_retention_fall_under_the_default() {
     let text = "retention = \"2h\"\n\
         [endpoints.slow]\nprovider = \"github\"\nsecrets = [\"s\"]\nretention = \"96h\"\n\

@@ -25,7 +25,7 @@ mod schedule;
 mod wakeups;
 
 pub use policy::RetentionPolicy;
-pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge};
+pub use purge::{PurgeError, PurgeOptions, PurgeSettings, purge, purge_reporting};
 pub use queue::{DrainReport, QUEUE_SAMPLE_EVERY, QueueWorkers, run_due, spawn_notifier};
 pub use reconcile::{ReconcileReport, ReconcileTask, Reconciler, reconcile};
 pub use relay::{PublisherRelay, Relay, RelayReport, RelaySettings, relay_due};

@@ -85,6 +85,17 @@ pub async fn purge(
     policy: &RetentionPolicy,
     options: &PurgeOptions,
 ) -> Result<PurgeReport, PurgeError> {
+    purge_reporting(store, policy, options, &mut |_| {}).await
+}
+
+/// [`purge()`], telling `progress` the report so far after each committed
+/// batch (the `purge` command's progress bar).
+pub async fn purge_reporting(
+    store: &Store,
+    policy: &RetentionPolicy,
+    options: &PurgeOptions,
+    progress: &mut (dyn FnMut(&PurgeReport) + Send),
+) -> Result<PurgeReport, PurgeError> {
     // `elapsed` in the report is the real time the work took, not the
     // store's clock, which tests move by hand.
     let started = Instant::now();
@@ -110,8 +121,9 @@ pub async fn purge(
                 Err(error) => Err(error),
             }
         } else {
-            match delete_in_batches(store, &expiry, retention, options, &mut report).await {
-                Ok(()) => delete_publications(store, &expiry, options, &mut report).await,
+            match delete_in_batches(store, &expiry, retention, options, &mut report, progress).await
+            {
+                Ok(()) => delete_publications(store, &expiry, options, &mut report, progress).await,
                 Err(error) => Err(error),
             }
         };
@@ -169,6 +181,7 @@ async fn delete_in_batches(
     retention: Duration,
     options: &PurgeOptions,
     report: &mut PurgeReport,
+    progress: &mut (dyn FnMut(&PurgeReport) + Send),
 ) -> Result<(), StoreError> {
     let batch = options.batch.max(1);
     loop {
@@ -204,6 +217,7 @@ async fn delete_in_batches(
         // Per batch, as it commits: a purge that fails later still counts
         // what it deleted.
         crate::telemetry::metrics::purge_deleted(completed, abandoned);
+        progress(report);
         if keys.len() < batch {
             return Ok(());
         }
@@ -236,6 +250,7 @@ async fn delete_publications(
     expiry: &Expiry<'_>,
     options: &PurgeOptions,
     report: &mut PurgeReport,
+    progress: &mut (dyn FnMut(&PurgeReport) + Send),
 ) -> Result<(), StoreError> {
     let batch = options.batch.max(1);
     let limit = i64::try_from(batch).unwrap_or(i64::MAX);
@@ -250,6 +265,7 @@ async fn delete_publications(
             report.largest_batch = report.largest_batch.max(deleted);
             report.publications += deleted as u64;
             crate::telemetry::metrics::purge_deleted_publications(deleted as u64);
+            progress(report);
         }
         if deleted < batch {
             return Ok(());

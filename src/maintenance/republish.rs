@@ -124,8 +124,8 @@ impl Republisher {
         }
     }
 
-    /// The endpoints this process serves (the admin dashboard shows their
-    /// settings).
+    /// The configured endpoints (the admin dashboard shows their settings;
+    /// an operator's reprocessing runs through their engine too).
     pub fn webhooks(&self) -> &Webhooks {
         &self.webhooks
     }

@@ -311,6 +311,7 @@ both_backends_with!(admin;
                 "/admin/deliveries",
                 "/admin/deliveries/{endpoint}/{delivery_id}",
                 "/admin/deliveries/{endpoint}/{delivery_id}/republish",
+                "/admin/deliveries/{endpoint}/{delivery_id}/reprocess",
                 "/admin/outbox",
                 "/admin/outbox/retry",
                 "/admin/stats",

@@ -33,7 +33,7 @@ impl Handler for FailMarked {
 
 /// Admin on; a queued endpoint `q` driven by hand, 2 attempts at most; a
 /// second queued endpoint `r`.
-fn queued(builder: TestAppBuilder) -> TestAppBuilder {
+pub fn queued(builder: TestAppBuilder) -> TestAppBuilder {
     let endpoint = |name: &str| {
         format!(
             "[endpoints.{name}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nhandlers = [\"record\", \"fail-marked\"]\nmode = \"queued\"\nmax_attempts = 2\nretry_backoff = \"10s\"\nretry_backoff_max = \"1m\"\n"
@@ -55,7 +55,7 @@ fn failing(id: &str) -> Vec<u8> {
 }
 
 /// Delivers `ids` to `endpoint` and runs the queue until each is dead.
-async fn dead_jobs(app: &TestApp, endpoint: &str, ids: &[&str]) {
+pub async fn dead_jobs(app: &TestApp, endpoint: &str, ids: &[&str]) {
     for id in ids {
         let answer = app.deliver_to(endpoint, id, &failing(id)).await;
         assert_eq!(answer.status(), 202);

@@ -12,6 +12,7 @@ mod signed_fixtures;
 mod test_schema;
 
 mod admin;
+mod admin_actions;
 mod admin_cli;
 mod admin_list;
 mod admin_list_cli;
@@ -23,6 +24,7 @@ mod batches;
 mod bench_sql;
 mod brokers;
 mod browser;
+mod browser_actions;
 mod browser_dashboard;
 mod browser_list;
 mod cdp;

@@ -169,7 +169,7 @@ fn body(dashboard: &Dashboard) -> Markup {
         div.figures {
             div.figure { span { "Deliveries answered" } strong id="total" { (dashboard.total) } }
             div.figure {
-                span { "Replay ratio (replayed ÷ processed + replayed)" }
+                span { "Replay ratio: replayed ÷ (processed + replayed)" }
                 strong id="replay-ratio" {
                     @match dashboard.replay_ratio {
                         Some(ratio) => { (format!("{:.1} %", ratio * 100.0)) }

@@ -225,7 +225,13 @@ async fn view(
     let (endpoint, delivery_id) = path.into_inner();
     let reprocessed = super::reprocess::outcome_of(request.query_string());
     match fetch_detail(&admin.store, &endpoint, &delivery_id).await {
-        Ok(record) => html(StatusCode::OK, views::detail(&record, reprocessed)),
+        Ok(record) => {
+            let reprocessable = admin.republisher.webhooks().endpoint(&endpoint).is_some();
+            html(
+                StatusCode::OK,
+                views::detail(&record, reprocessable, reprocessed),
+            )
+        }
         Err(error @ AdminError::NotFound { .. }) => {
             html(StatusCode::NOT_FOUND, views::not_found(&error.to_string()))
         }

@@ -225,8 +225,10 @@ fn listing_row(row: &DeliverySummary) -> Markup {
 }
 
 /// A key's page; `reprocessed`: the status the handlers just answered,
-/// when an operator's reprocessing sent them back here.
-pub fn detail(record: &KeyRecord, reprocessed: Option<u16>) -> Markup {
+/// when an operator's reprocessing sent them back here. `reprocessable`:
+/// the key belongs to a configured endpoint (a client key's scope, such as
+/// `POST /payments`, has no handlers to run again, so no button).
+pub fn detail(record: &KeyRecord, reprocessable: bool, reprocessed: Option<u16>) -> Markup {
     let row = &record.detail.summary;
     let detail = &record.detail;
     layout(
@@ -235,7 +237,9 @@ pub fn detail(record: &KeyRecord, reprocessed: Option<u16>) -> Markup {
         html! {
             p { a href="/admin/list" id="back" { "« All deliveries" } }
             h1 id="delivery-id" { (row.delivery_id) }
-            (super::reprocess::section(row, reprocessed))
+            @if reprocessable {
+                (super::reprocess::section(row, reprocessed))
+            }
             dl id="summary" {
                 dt { "Endpoint" } dd { (row.endpoint) }
                 dt { "Event type" } dd { (row.event_type.as_deref().unwrap_or("—")) }
@@ -272,7 +276,8 @@ pub fn detail(record: &KeyRecord, reprocessed: Option<u16>) -> Markup {
                                     td { (readable(entry.at)) }
                                     td { (entry.kind) }
                                     td { (entry.actor.as_deref().unwrap_or("")) }
-                                    td.error { (entry.detail.as_deref().unwrap_or("")) }
+                                    // Red only where the detail is a failure's reason.
+                                    td.error[failure_kind(&entry.kind)] { (entry.detail.as_deref().unwrap_or("")) }
                                 }
                             }
                         }
@@ -281,6 +286,11 @@ pub fn detail(record: &KeyRecord, reprocessed: Option<u16>) -> Markup {
             }
         },
     )
+}
+
+/// The history kinds whose detail is why something failed.
+fn failure_kind(kind: &str) -> bool {
+    matches!(kind, "released" | "reprocess-failed") || kind.ends_with("failed")
 }
 
 pub fn not_found(message: &str) -> Markup {

@@ -311,6 +311,9 @@ both_backends_with!(admin;
         let client_page = html(app, &format!("/admin/view/POST%20%2Fpayments/{key}")).await;
         let payments = element(&client_page, "id=\"effect-payments\"");
         assert!(payments.contains("o&lt;1&gt;") && payments.contains("5 EUR"), "{payments}");
+        // A client key's scope has no handlers to run again: no button.
+        assert!(!client_page.contains("id=\"reprocess-form\""), "{client_page}");
+        assert!(page.contains("id=\"reprocess-form\""), "a webhook's key has the button");
     }
 );
 

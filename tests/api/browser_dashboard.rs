@@ -7,8 +7,37 @@ use crate::both_backends_with;
 use crate::browser::chromium;
 use crate::cdp::Browser;
 use crate::dashboard::{admin_failing, flush, send_every_outcome};
-use crate::helpers::ADMIN_TOKEN;
+use crate::helpers::{ADMIN_TOKEN, TestApp, payment};
 use serde_json::json;
+use std::time::Duration;
+
+/// Traffic spread over the last 48 minutes, by the app's clock: 1 to 4
+/// fresh deliveries every 4 minutes and a replay every other step, so
+/// that the chart has a shape (and the README's screenshot shows one).
+/// Returns how many were processed and how many replayed.
+async fn earlier_traffic(app: &TestApp) -> (u64, u64) {
+    let (mut processed, mut replayed) = (0, 0);
+    for step in 0..12_u64 {
+        for n in 0..=step % 4 {
+            let id = format!("msg_earlier_{step}_{n}");
+            let response = app
+                .deliver(&id, &payment(&format!("pay_{step}_{n}"), 100))
+                .await;
+            assert_eq!(response.status(), 200, "{id}");
+            processed += 1;
+        }
+        if step % 2 == 1 {
+            let id = format!("msg_earlier_{step}_0");
+            let response = app
+                .deliver(&id, &payment(&format!("pay_{step}_0"), 100))
+                .await;
+            assert_eq!(response.status(), 200, "{id}");
+            replayed += 1;
+        }
+        app.clock.advance(Duration::from_secs(4 * 60));
+    }
+    (processed, replayed)
+}
 
 /// The sum of the `data-count`s of `series`' bars in the chart of `size`
 /// whose rendered height is above zero.
@@ -31,8 +60,10 @@ both_backends_with!(admin_failing;
         let Some(executable) = chromium() else {
             return;
         };
+        let (earlier, earlier_replays) = earlier_traffic(app).await;
         send_every_outcome(app).await;
         flush(app).await;
+        let (processed, replayed) = (2 + earlier, 1 + earlier_replays);
         let mut browser = Browser::launch(&executable).await.expect("Chromium starts");
         let admin = app.admin_address.clone();
         browser.goto(&format!("{admin}/admin")).await.unwrap();
@@ -52,14 +83,15 @@ both_backends_with!(admin_failing;
         assert_eq!(browser.eval("window.innerWidth").await.unwrap(), json!(1280));
         assert_eq!(browser.eval(&shown(".chart-wide")).await.unwrap(), json!(true));
         assert_eq!(browser.eval(&shown(".chart-narrow")).await.unwrap(), json!(false));
-        assert_eq!(browser.eval(&drawn("wide", "processed")).await.unwrap(), json!(2));
-        assert_eq!(browser.eval(&drawn("wide", "replayed")).await.unwrap(), json!(1));
+        assert_eq!(browser.eval(&drawn("wide", "processed")).await.unwrap(), json!(processed));
+        assert_eq!(browser.eval(&drawn("wide", "replayed")).await.unwrap(), json!(replayed));
         assert_eq!(browser.eval(&drawn("wide", "rejected:invalid-signature")).await.unwrap(), json!(1));
         assert_eq!(browser.eval(&drawn("wide", "failed:processing-failed")).await.unwrap(), json!(1));
-        assert_eq!(browser.text("#total").await.unwrap(), "5");
-        assert_eq!(browser.text("#replay-ratio").await.unwrap(), "33.3 %");
+        assert_eq!(browser.text("#total").await.unwrap(), (processed + replayed + 2).to_string());
+        let ratio = 100.0 * replayed as f64 / (processed + replayed) as f64;
+        assert_eq!(browser.text("#replay-ratio").await.unwrap(), format!("{ratio:.1} %"));
         let legend = browser.texts("ul.legend li").await.unwrap();
-        assert!(legend.contains(&"processed 2".to_owned()), "{legend:?}");
+        assert!(legend.contains(&format!("processed {processed}")), "{legend:?}");
         // The chart spans the content's width, its labels at least 12 px.
         let width = browser
             .eval("document.querySelector('.chart-wide svg').getBoundingClientRect().width")
@@ -75,7 +107,7 @@ both_backends_with!(admin_failing;
         assert_eq!(browser.eval("window.innerWidth").await.unwrap(), json!(390));
         assert_eq!(browser.eval(&shown(".chart-wide")).await.unwrap(), json!(false));
         assert_eq!(browser.eval(&shown(".chart-narrow")).await.unwrap(), json!(true));
-        assert_eq!(browser.eval(&drawn("narrow", "processed")).await.unwrap(), json!(2));
+        assert_eq!(browser.eval(&drawn("narrow", "processed")).await.unwrap(), json!(processed));
         assert_eq!(browser.eval(&drawn("narrow", "failed:processing-failed")).await.unwrap(), json!(1));
         // 360 units drawn at least 300 px wide: 12-unit labels stay ≥ 10 px.
         let width = browser

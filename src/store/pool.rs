@@ -113,6 +113,7 @@ impl Store {
                         StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
                     })?;
                 }
+                switch_to_wal(path, options.busy_timeout)?;
                 let pragmas = sqlite_pragmas(options.busy_timeout);
                 let mut config = ManagerConfig::<SqliteConn>::default();
                 config.recycling_method = RecyclingMethod::Fast;
@@ -226,6 +227,29 @@ impl Store {
 /// last commits, and a delivery we already answered 200 for would be lost for
 /// good, because the provider will not send it again. That costs throughput,
 /// which is PostgreSQL's job to provide.
+/// Puts the file in WAL mode (persistent) on one connection, before the
+/// pool opens any. Every pooled connection asks for WAL too, but a file still
+/// in rollback-journal mode (made by `VACUUM INTO`, a backup tool or the
+/// `sqlite3` shell) opened by several connections at once is switched by the
+/// one that gets the exclusive lock first, and SQLite answers the others
+/// `database is locked` at once, without its busy handler: the first
+/// requests of a server would fail with 503. Opening a local file is quick,
+/// so this runs here, at start-up, blocking.
+fn switch_to_wal(path: &std::path::Path, busy_timeout: Duration) -> Result<(), StoreError> {
+    use diesel::Connection;
+    use diesel::connection::SimpleConnection;
+    let unavailable = |e: &dyn std::fmt::Display| {
+        StoreError::Unavailable(format!("cannot open {}: {e}", path.display()))
+    };
+    let mut conn = diesel::SqliteConnection::establish(&path.to_string_lossy())
+        .map_err(|e| unavailable(&e))?;
+    conn.batch_execute(&format!(
+        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL;",
+        busy_timeout.as_millis()
+    ))
+    .map_err(|e| unavailable(&e))
+}
+
 fn sqlite_pragmas(busy_timeout: Duration) -> String {
     format!(
         "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
@@ -288,5 +312,41 @@ mod tests {
         let debug = format!("{url:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
         assert!(debug.contains("app:***@db"), "{debug}");
+    }
+
+    /// A file in rollback-journal mode (what `VACUUM INTO` writes) is in WAL
+    /// mode once the store is built, before any pooled connection opens:
+    /// several first connections racing to switch it would fail with
+    /// `database is locked`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rollback_journal_file_is_switched_to_wal_before_the_pool_opens() {
+        use diesel::Connection;
+        use diesel::connection::SimpleConnection;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rollback.db");
+        let mut setup = diesel::SqliteConnection::establish(&path.to_string_lossy()).unwrap();
+        setup
+            .batch_execute("PRAGMA journal_mode = DELETE; CREATE TABLE t (x INTEGER);")
+            .unwrap();
+        drop(setup);
+        let journal_mode = || std::fs::read(&path).unwrap()[18];
+        assert_eq!(journal_mode(), 1, "rollback journal before");
+        let store =
+            Store::connect(&DatabaseUrl::Sqlite(path.clone()), &StoreOptions::default()).unwrap();
+        assert_eq!(journal_mode(), 2, "WAL once the store is built");
+        let opened = futures_util::future::join_all((0..8).map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut conn = store.conn().await?;
+                crate::with_conn!(&mut conn, |c| c
+                    .batch_execute("INSERT INTO t VALUES (1)")
+                    .await)?;
+                Ok::<(), StoreError>(())
+            })
+        }))
+        .await;
+        for result in opened {
+            result.unwrap().unwrap();
+        }
     }
 }

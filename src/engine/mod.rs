@@ -188,7 +188,8 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         let span = tracing::Span::current();
         crate::telemetry::traces::set_attributes(&span, || delivery_attributes(request));
-        let result = self.claim_and_run(request, operation).await;
+        // SQLite: the write gate's holder runs its statements inline.
+        let result = crate::store::inline_scope(self.claim_and_run(request, operation)).await;
         traced::finished(&span, &result);
         result
     }

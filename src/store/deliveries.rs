@@ -167,6 +167,10 @@ impl DbConn {
         endpoint: &str,
         delivery_id: &str,
     ) -> Result<Option<DeliveryRow>, StoreError> {
+        // A primary-key read, which a WAL reader does without waiting for
+        // any lock: on SQLite it runs inline where the task allows it
+        // (see `sqlite_runtime`), not through the blocking pool.
+        let _inline = super::InlineStatements::on();
         Ok(with_conn!(self, |c| {
             deliveries::table
                 .find((endpoint, delivery_id))

@@ -19,7 +19,7 @@
 //! a member dropped mid-transaction. The connection is then closed with its
 //! transaction open (SQLite rolls it back), and every member gets an error.
 
-use super::{DbConn, SqliteConn, StoreError, begin};
+use super::{DbConn, InlineStatements, SqliteConn, StoreError, begin, begin_immediate};
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::{AsyncConnection, TransactionManager};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -148,8 +148,9 @@ impl WriteGate {
         let mut group = match self.take_parked(None) {
             Some(group) => group,
             None => {
-                let mut conn = DbConn::Sqlite(pool.get().await?);
-                crate::with_conn!(&mut conn, |c| begin(c).await)?;
+                let mut object = pool.get().await?;
+                begin_immediate(&mut object).await?;
+                let conn = DbConn::Sqlite(object);
                 Group {
                     id: self.next_group.fetch_add(1, Ordering::Relaxed),
                     conn: Some(conn),
@@ -162,12 +163,14 @@ impl WriteGate {
             }
         };
         group.members += 1;
+        let inline = InlineStatements::on();
         let opened = crate::with_conn!(group.conn(), |c| open_savepoint(c).await);
         if let Err(error) = opened {
             return Err(self.fail(group, error));
         }
         Ok(Member {
             group,
+            inline,
             _gate: gate,
             write_gate: self.clone(),
         })
@@ -339,6 +342,9 @@ pub(super) struct Member {
     /// Dropped before the gate: a member dropped mid-transaction closes the
     /// group's connection before the next writer may begin.
     group: Group,
+    /// The member's statements run inline, its savepoint's RELEASE
+    /// included; the group's COMMIT does not.
+    inline: InlineStatements,
     _gate: OwnedMutexGuard<()>,
     write_gate: Arc<WriteGate>,
 }
@@ -355,6 +361,7 @@ impl Member {
     pub(super) async fn end(self, keep: bool) -> Result<(), StoreError> {
         let Member {
             mut group,
+            inline,
             _gate: gate,
             write_gate,
         } = self;
@@ -363,6 +370,7 @@ impl Member {
         } else {
             crate::with_conn!(group.conn(), |c| undo_savepoint(c).await)
         };
+        drop(inline);
         if let Err(error) = ended {
             return Err(write_gate.fail(group, error));
         }

@@ -18,6 +18,7 @@ mod prepared;
 pub mod queue;
 mod replay_cache;
 pub mod schema;
+mod sqlite_runtime;
 pub mod traffic;
 
 use crate::clock::SharedClock;
@@ -40,10 +41,13 @@ pub use pipeline::Flight;
 pub use pool::{DatabaseUrl, StoreOptions};
 pub use prepared::Prepared;
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
+use sqlite_runtime::InlineStatements;
+pub use sqlite_runtime::{SqliteRuntime, inline_scope};
 
 /// The embedded backend's connection: diesel's synchronous SQLite connection,
-/// each call run on tokio's blocking pool.
-pub type SqliteConn = SyncConnectionWrapper<diesel::SqliteConnection>;
+/// each call run on tokio's blocking pool, or inline by the write gate's
+/// holder (see `sqlite_runtime`).
+pub type SqliteConn = SyncConnectionWrapper<diesel::SqliteConnection, SqliteRuntime>;
 /// The PostgreSQL connection (tokio-postgres underneath; no libpq).
 pub type PgConn = diesel_async::AsyncPgConnection;
 
@@ -143,7 +147,7 @@ impl Store {
         let (Pools::Sqlite(pool), Some(write_gate)) = (&self.pools, &self.shared.write_gate) else {
             let mut conn = self.conn().await?;
             with_conn!(&mut conn, |c| begin(c).await)?;
-            return Ok(Transaction(Inner::Alone { conn, _gate: None }));
+            return Ok(Transaction::on(conn));
         };
         // The gate before the connection: a task waiting at the gate then
         // holds no connection that the gate's holder might need.
@@ -153,9 +157,12 @@ impl Store {
             return Ok(Transaction(Inner::Member(member)));
         }
         let mut conn = DbConn::Sqlite(pool.get().await?);
-        with_conn!(&mut conn, |c| begin(c).await)?;
+        if let DbConn::Sqlite(c) = &mut conn {
+            begin_immediate(c).await?;
+        }
         Ok(Transaction(Inner::Alone {
             conn,
+            inline: Some(InlineStatements::on()),
             _gate: Some(gate),
         }))
     }
@@ -170,7 +177,7 @@ impl Store {
             return self.begin().await;
         }
         with_conn!(&mut conn, |c| begin(c).await)?;
-        Ok(Transaction(Inner::Alone { conn, _gate: None }))
+        Ok(Transaction::on(conn))
     }
 
     /// How many writers wait for SQLite's write gate at this instant (0 on
@@ -207,6 +214,16 @@ async fn begin<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
     C::TransactionManager::begin_transaction(c).await
 }
 
+/// `BEGIN IMMEDIATE`: SQLite's write lock is taken here, on the blocking
+/// pool (it may wait for another process's lock up to `busy_timeout`), so
+/// that the statements after it, run inline, never wait for a lock.
+async fn begin_immediate(c: &mut SqliteConn) -> diesel::QueryResult<()> {
+    c.spawn_blocking(|c| {
+        diesel::connection::AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
+    })
+    .await
+}
+
 async fn commit<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
     C::TransactionManager::commit_transaction(c).await
 }
@@ -223,6 +240,8 @@ enum Inner {
     /// A transaction of its own: PostgreSQL, or SQLite without group commit.
     Alone {
         conn: DbConn,
+        /// SQLite: the statements run inline until the COMMIT.
+        inline: Option<InlineStatements>,
         /// Dropped after `conn`: the write slot is held until the connection
         /// is back in the pool.
         _gate: Option<tokio::sync::OwnedMutexGuard<()>>,
@@ -251,7 +270,11 @@ impl Transaction {
     /// A transaction already begun on `conn`, outside the write gate
     /// (PostgreSQL has none).
     fn on(conn: DbConn) -> Transaction {
-        Transaction(Inner::Alone { conn, _gate: None })
+        Transaction(Inner::Alone {
+            conn,
+            inline: None,
+            _gate: None,
+        })
     }
 
     pub fn conn(&mut self) -> &mut DbConn {
@@ -280,8 +303,11 @@ impl Transaction {
         match self.0 {
             Inner::Alone {
                 mut conn,
+                inline,
                 _gate: gate,
             } => {
+                // The COMMIT syncs the file: on the blocking pool.
+                drop(inline);
                 let ended = if keep {
                     with_conn!(&mut conn, |c| commit(c).await)
                 } else {

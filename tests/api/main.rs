@@ -55,4 +55,5 @@ mod replay_cache;
 mod sdk_interop;
 mod server_language;
 mod smuggling;
+mod sqlite_lock_wait;
 mod traces;

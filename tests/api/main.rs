@@ -56,4 +56,5 @@ mod sdk_interop;
 mod server_language;
 mod smuggling;
 mod sqlite_lock_wait;
+mod storm_pool;
 mod traces;

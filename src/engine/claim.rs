@@ -85,15 +85,20 @@ impl Pending {
         let completed = self.lease.write_completion(self.tx.conn(), response).await;
         match completed {
             Ok(true) => {
-                self.tx.commit().await?;
+                // Remembered before the connection goes back: a copy that
+                // waited for it asks the cache again and must find this.
                 let lease = &self.lease;
-                lease.store.replay_cache().remember(
-                    &lease.scope,
-                    &lease.claimed.delivery_id,
-                    &lease.remembered.request_hash,
-                    lease.remembered.received_at,
-                    response,
-                );
+                self.tx
+                    .commit_then(|| {
+                        lease.store.replay_cache().remember(
+                            &lease.scope,
+                            &lease.claimed.delivery_id,
+                            &lease.remembered.request_hash,
+                            lease.remembered.received_at,
+                            response,
+                        )
+                    })
+                    .await?;
                 Ok(())
             }
             // These already answer an error, whatever the rollback says.

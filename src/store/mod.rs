@@ -288,7 +288,15 @@ impl Transaction {
     /// it returns once the shared COMMIT succeeded; if that fails, nothing of
     /// this transaction was kept.
     pub async fn commit(self) -> Result<(), StoreError> {
-        self.end(true).await
+        self.end(true, || {}).await
+    }
+
+    /// [`Transaction::commit`], running `committed` once the COMMIT
+    /// succeeded and before the connection goes back to the pool (or the
+    /// write gate goes): whoever gets them next sees what it did, such as
+    /// the completion put in the replay cache.
+    pub async fn commit_then(self, committed: impl FnOnce()) -> Result<(), StoreError> {
+        self.end(true, committed).await
     }
 
     /// Undoes the transaction's writes. On SQLite with group commit it
@@ -296,10 +304,10 @@ impl Transaction {
     /// that did not commit: what this transaction read may have been an
     /// earlier member's write, which is then gone.
     pub async fn rollback(self) -> Result<(), StoreError> {
-        self.end(false).await
+        self.end(false, || {}).await
     }
 
-    async fn end(self, keep: bool) -> Result<(), StoreError> {
+    async fn end(self, keep: bool, committed: impl FnOnce()) -> Result<(), StoreError> {
         match self.0 {
             Inner::Alone {
                 mut conn,
@@ -313,12 +321,21 @@ impl Transaction {
                 } else {
                     with_conn!(&mut conn, |c| rollback(c).await)
                 };
+                if keep && ended.is_ok() {
+                    committed();
+                }
                 // The write slot is held until the connection is back.
                 drop(conn);
                 drop(gate);
                 Ok(ended?)
             }
-            Inner::Member(member) => member.end(keep).await,
+            Inner::Member(member) => {
+                member.end(keep).await?;
+                if keep {
+                    committed();
+                }
+                Ok(())
+            }
         }
     }
 }

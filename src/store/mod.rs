@@ -156,12 +156,10 @@ impl Store {
             let member = write_gate.join(gate, pool).await?;
             return Ok(Transaction(Inner::Member(member)));
         }
-        let mut conn = DbConn::Sqlite(pool.get().await?);
-        if let DbConn::Sqlite(c) = &mut conn {
-            begin_immediate(c).await?;
-        }
+        let mut conn = pool.get().await?;
+        begin_immediate(&mut conn).await?;
         Ok(Transaction(Inner::Alone {
-            conn,
+            conn: DbConn::Sqlite(conn),
             inline: Some(InlineStatements::on()),
             _gate: Some(gate),
         }))

@@ -222,11 +222,6 @@ impl Store {
     }
 }
 
-/// WAL lets readers (replays, admin) run beside the one writer. `synchronous =
-/// FULL` fsyncs the WAL on every commit: with NORMAL a power cut can lose the
-/// last commits, and a delivery we already answered 200 for would be lost for
-/// good, because the provider will not send it again. That costs throughput,
-/// which is PostgreSQL's job to provide.
 /// Puts the file in WAL mode (persistent) on one connection, before the
 /// pool opens any. Every pooled connection asks for WAL too, but a file still
 /// in rollback-journal mode (made by `VACUUM INTO`, a backup tool or the
@@ -243,13 +238,15 @@ fn switch_to_wal(path: &std::path::Path, busy_timeout: Duration) -> Result<(), S
     };
     let mut conn = diesel::SqliteConnection::establish(&path.to_string_lossy())
         .map_err(|e| unavailable(&e))?;
-    conn.batch_execute(&format!(
-        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL;",
-        busy_timeout.as_millis()
-    ))
-    .map_err(|e| unavailable(&e))
+    conn.batch_execute(&sqlite_pragmas(busy_timeout))
+        .map_err(|e| unavailable(&e))
 }
 
+/// WAL lets readers (replays, admin) run beside the one writer. `synchronous =
+/// FULL` fsyncs the WAL on every commit: with NORMAL a power cut can lose the
+/// last commits, and a delivery we already answered 200 for would be lost for
+/// good, because the provider will not send it again. That costs throughput,
+/// which is PostgreSQL's job to provide.
 fn sqlite_pragmas(busy_timeout: Duration) -> String {
     format!(
         "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",

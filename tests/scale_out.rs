@@ -464,19 +464,21 @@ async fn two_receivers_run_one_objects_events_one_at_a_time_oldest_first() {
     let downstream = SlowDownstream::start(Duration::from_millis(50));
     let ordered = "ordering_key = \"/data/object_id\"\nevent_time = \"/created\"\n\
                    handlers = [\"slow\", \"record\"]\n";
+    // Two workers per process for four objects: one process can never hold
+    // every object's next event, so the other one always finds work when
+    // it wakes. With four workers each, a process that woke first could take
+    // all four heads and keep them (each finished event makes the next one
+    // runnable on the same, awake process), and under load the other
+    // process ran nothing.
+    let tables = |instance| {
+        let toml = queued_tables(&downstream, instance, ordered)
+            .replace("queue_workers = 4\n", "queue_workers = 2\n");
+        assert!(toml.contains("queue_workers = 2\n"));
+        toml
+    };
     let (a, b) = tokio::join!(
-        Receiver::start_with(
-            dir.path(),
-            "a",
-            &url,
-            queued_tables(&downstream, "a", ordered)
-        ),
-        Receiver::start_with(
-            dir.path(),
-            "b",
-            &url,
-            queued_tables(&downstream, "b", ordered)
-        ),
+        Receiver::start_with(dir.path(), "a", &url, tables("a")),
+        Receiver::start_with(dir.path(), "b", &url, tables("b")),
     );
     let receivers = [&a, &b];
 

@@ -51,6 +51,7 @@ mod providers;
 mod purge;
 mod queue;
 mod queue_metrics;
+mod queue_take;
 mod replay_cache;
 mod sdk_interop;
 mod server_language;

@@ -195,6 +195,12 @@ impl Engine {
     }
 
     /// [`Engine::process`] within its span.
+    ///
+    /// Each step's future is boxed: held inline, they made this future 13
+    /// KiB (the compiler keeps room for every step's state at once, and for
+    /// the moved-from ones), and a delivery's task holds it for as long as
+    /// the delivery is in flight, including while it waits for the claim.
+    /// Boxed, only the step running takes memory.
     async fn claim_and_run(
         &self,
         request: &ClaimRequest,
@@ -204,7 +210,7 @@ impl Engine {
         loop {
             // At debug: created only when exported (or logged at debug).
             let claiming = tracing::debug_span!("claim");
-            let claim = self.claim(request).instrument(claiming.clone()).await;
+            let claim = Box::pin(self.claim(request).instrument(claiming.clone())).await;
             traced::claimed(&claiming, &claim);
             drop(claiming);
             let mut pending = match claim?.fresh() {
@@ -215,8 +221,8 @@ impl Engine {
                 // A final refusal found by an earlier pass: store it alone.
                 Some(response) => Ok(response.clone()),
                 None if operation.has_external_effects() => {
-                    let lease = pending.commit_claim().await?;
-                    return self.run_leased(lease, operation).await;
+                    let lease = Box::pin(pending.commit_claim()).await?;
+                    return Box::pin(self.run_leased(lease, operation)).await;
                 }
                 None => {
                     let claimed = pending.claimed().clone();
@@ -225,21 +231,21 @@ impl Engine {
             };
             match result {
                 Ok(response) => {
-                    pending.complete(&response).await?;
+                    Box::pin(pending.complete(&response)).await?;
                     return Ok(Outcome::Fresh(response));
                 }
                 // Its effects go, its answer stays: claim again and store
                 // only the response.
                 Err(OperationError::Rejected(response)) => {
-                    pending.release().await;
+                    Box::pin(pending.release()).await;
                     rejection = Some(response);
                 }
                 Err(OperationError::Store(e)) => {
-                    pending.release().await;
+                    Box::pin(pending.release()).await;
                     return Err(e.into());
                 }
                 Err(OperationError::Failed(e)) => {
-                    pending.release().await;
+                    Box::pin(pending.release()).await;
                     return Err(EngineError::Operation(e));
                 }
             }

@@ -36,8 +36,11 @@ tokio::task_local! {
 
 /// Runs `future` in a scope where the write gate may switch its SQLite
 /// statements inline. Without it every statement goes to the blocking pool.
-pub async fn inline_scope<F: Future>(future: F) -> F::Output {
-    INLINE.scope(Cell::new(false), future).await
+/// A plain function rather than an `async fn`: the latter would hold
+/// `future` twice (its argument and the scope's copy), doubling the
+/// delivery's task.
+pub fn inline_scope<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    INLINE.scope(Cell::new(false), future)
 }
 
 fn inline_now() -> bool {

@@ -251,11 +251,16 @@ use std::collections::BTreeMap;
 const QUEUED: &str = "queued";
 
 /// A queued endpoint whose first handler forwards to `downstream` as
-/// `instance`. The workers' fallback poll is short: the test resumes a
+/// `instance`, run by `workers` queue workers. The workers' fallback poll is short: the test resumes a
 /// paused endpoint behind their back.
-fn queued_tables(downstream: &SlowDownstream, instance: &str, endpoint: &str) -> String {
+fn queued_tables(
+    downstream: &SlowDownstream,
+    instance: &str,
+    workers: usize,
+    endpoint: &str,
+) -> String {
     format!(
-        "queue_workers = 4\nqueue_poll = \"500ms\"\nlease = \"5s\"\n{}\
+        "queue_workers = {workers}\nqueue_poll = \"500ms\"\nlease = \"5s\"\n{}\
          [endpoints.{QUEUED}]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\n\
          mode = \"queued\"\n{endpoint}",
         downstream.forwarder_toml("slow", instance)
@@ -333,19 +338,19 @@ async fn three_receivers_drain_one_queue_running_each_delivery_exactly_once() {
             dir.path(),
             "a",
             &url,
-            queued_tables(&downstream, "a", handlers)
+            queued_tables(&downstream, "a", 4, handlers)
         ),
         Receiver::start_with(
             dir.path(),
             "b",
             &url,
-            queued_tables(&downstream, "b", handlers)
+            queued_tables(&downstream, "b", 4, handlers)
         ),
         Receiver::start_with(
             dir.path(),
             "c",
             &url,
-            queued_tables(&downstream, "c", handlers)
+            queued_tables(&downstream, "c", 4, handlers)
         ),
     );
     let receivers = [&a, &b, &c];
@@ -470,15 +475,19 @@ async fn two_receivers_run_one_objects_events_one_at_a_time_oldest_first() {
     // all four heads and keep them (each finished event makes the next one
     // runnable on the same, awake process), and under load the other
     // process ran nothing.
-    let tables = |instance| {
-        let toml = queued_tables(&downstream, instance, ordered)
-            .replace("queue_workers = 4\n", "queue_workers = 2\n");
-        assert!(toml.contains("queue_workers = 2\n"));
-        toml
-    };
     let (a, b) = tokio::join!(
-        Receiver::start_with(dir.path(), "a", &url, tables("a")),
-        Receiver::start_with(dir.path(), "b", &url, tables("b")),
+        Receiver::start_with(
+            dir.path(),
+            "a",
+            &url,
+            queued_tables(&downstream, "a", 2, ordered)
+        ),
+        Receiver::start_with(
+            dir.path(),
+            "b",
+            &url,
+            queued_tables(&downstream, "b", 2, ordered)
+        ),
     );
     let receivers = [&a, &b];
 

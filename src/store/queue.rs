@@ -110,7 +110,7 @@ const TAKE_DUE: &str = "UPDATE queue_jobs SET state = 'running', lease_owner = {
 WHERE (endpoint, delivery_id) IN (\
  SELECT j.endpoint, j.delivery_id FROM queue_jobs j \
  WHERE j.state IN ('queued', 'retrying', 'running') AND j.next_run_at <= {3} \
- AND ((j.state IN ('queued', 'retrying') AND j.next_run_at <= {3}) OR (j.state = 'running' AND j.lease_expires_at < {3})) \
+ AND (j.state IN ('queued', 'retrying') OR j.lease_expires_at < {3}) \
  AND j.endpoint NOT IN (SELECT p.endpoint FROM queue_pauses p) \
  AND (j.ordering_key IS NULL OR NOT EXISTS (\
   SELECT 1 FROM queue_jobs o WHERE o.endpoint = j.endpoint AND o.ordering_key = j.ordering_key AND o.delivery_id <> j.delivery_id \

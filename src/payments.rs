@@ -220,7 +220,7 @@ async fn show(
             payments::table
                 .find(id.as_str())
                 .select(Payment::as_select())
-                .first(c)
+                .get_result(c)
                 .await
                 .optional()
         })?)

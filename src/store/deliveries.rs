@@ -156,7 +156,7 @@ impl DbConn {
                 .filter(dsl::endpoint.eq(endpoint))
                 .filter(dsl::body_key.eq(body_key))
                 .select(DeliveryRow::as_select())
-                .first(c)
+                .get_result(c)
                 .await
                 .optional()
         })?)
@@ -175,7 +175,7 @@ impl DbConn {
             deliveries::table
                 .find((endpoint, delivery_id))
                 .select(DeliveryRow::as_select())
-                .first(c)
+                .get_result(c)
                 .await
                 .optional()
         })?)
@@ -337,7 +337,7 @@ impl DbConn {
             deliveries::table
                 .find((endpoint, delivery_id))
                 .select(dsl::request_body)
-                .first(c)
+                .get_result(c)
                 .await
                 .optional()
         })?;
@@ -429,5 +429,55 @@ impl DbConn {
             diesel::QueryResult::Ok(completed + claimed)
         })?;
         Ok(updated == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::{DatabaseUrl, DbConn, Store, StoreOptions};
+    use diesel::connection::InstrumentationEvent;
+    use diesel_async::AsyncConnection;
+    use std::sync::{Arc, Mutex};
+
+    /// The lookups by key send no `LIMIT`. On SQLite a bound `LIMIT ?`
+    /// makes the prepared statement depend on its value (SQLite ≥ 3.47
+    /// plans a small constant limit differently), so binding it expires the
+    /// statement and SQLite prepares it again on every execution: on the
+    /// pre-claim lookup that was a fifth of the receiver's CPU in `fresh`.
+    /// A primary-key or unique lookup returns one row without it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lookups_by_key_send_no_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::Sqlite(dir.path().join("lookups.db"));
+        let store = Store::connect(&url, &StoreOptions::default()).unwrap();
+        store.migrate().await.unwrap();
+        let mut conn = store.conn().await.unwrap();
+        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+        let DbConn::Sqlite(sqlite) = &mut conn else {
+            unreachable!("a sqlite:// store")
+        };
+        let record = Arc::clone(&sent);
+        sqlite.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            if let InstrumentationEvent::StartQuery { query, .. } = event {
+                record.lock().unwrap().push(query.to_string());
+            }
+        });
+
+        assert!(conn.find_delivery("shop", "evt_1").await.unwrap().is_none());
+        assert!(conn.find_by_body_key("shop", "k").await.unwrap().is_none());
+        assert!(conn.request_body("shop", "evt_1").await.unwrap().is_none());
+        assert!(conn.job("shop", "evt_1").await.unwrap().is_none());
+        assert!(
+            conn.newest_event_time("shop", "obj_1")
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 5, "{sent:#?}");
+        for statement in sent.iter() {
+            assert!(!statement.contains("LIMIT"), "{statement}");
+        }
     }
 }

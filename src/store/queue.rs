@@ -276,7 +276,7 @@ impl DbConn {
                 .filter(queue_jobs::endpoint.eq(endpoint))
                 .filter(queue_jobs::delivery_id.eq(delivery_id))
                 .select(JobRow::as_select())
-                .first(c)
+                .get_result(c)
                 .await
                 .optional()
         })?)
@@ -497,7 +497,7 @@ impl DbConn {
                 .filter(ordering_versions::endpoint.eq(endpoint))
                 .filter(ordering_versions::ordering_key.eq(key))
                 .select(ordering_versions::event_time)
-                .first(c)
+                .get_result(c)
                 .await
                 .optional()
         })?)

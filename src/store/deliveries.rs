@@ -440,11 +440,13 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     /// The lookups by key send no `LIMIT`. On SQLite a bound `LIMIT ?`
-    /// makes the prepared statement depend on its value (SQLite ≥ 3.47
-    /// plans a small constant limit differently), so binding it expires the
-    /// statement and SQLite prepares it again on every execution: on the
-    /// pre-claim lookup that was a fifth of the receiver's CPU in `fresh`.
-    /// A primary-key or unique lookup returns one row without it.
+    /// makes the prepared statement depend on the bound value (the bundled
+    /// SQLite 3.53 reads it while planning, `sqlite3ExprIsInteger` with a
+    /// parse context), so every new binding expires the statement and
+    /// `sqlite3_step` prepares it again: on the pre-claim lookup that was
+    /// a fifth of the receiver's CPU in `fresh`. diesel's `.first()` adds
+    /// that `LIMIT`; a primary-key or unique lookup needs no limit, so
+    /// these use `.get_result()`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lookups_by_key_send_no_limit() {
         let dir = tempfile::tempdir().unwrap();

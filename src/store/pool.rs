@@ -247,9 +247,18 @@ fn switch_to_wal(path: &std::path::Path, busy_timeout: Duration) -> Result<(), S
 /// last commits, and a delivery we already answered 200 for would be lost for
 /// good, because the provider will not send it again. That costs throughput,
 /// which is PostgreSQL's job to provide.
+///
+/// `temp_store = MEMORY` keeps the savepoint journal in memory. Every
+/// member of a commit group writes inside a savepoint, and SQLite keeps the
+/// first image of each page a savepoint changes in a sub-journal; kept in a
+/// temporary file, that journal spills to disk past 64 KiB and, once a
+/// file, is no longer emptied when a savepoint is released, so every later
+/// member of the group paid a `pwrite(2)` per page, inside the write gate.
+/// In memory it is emptied at each member's release: it holds one member's
+/// pages at most.
 fn sqlite_pragmas(busy_timeout: Duration) -> String {
     format!(
-        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;",
         busy_timeout.as_millis()
     )
 }
@@ -309,6 +318,33 @@ mod tests {
         let debug = format!("{url:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
         assert!(debug.contains("app:***@db"), "{debug}");
+    }
+
+    /// Pooled connections keep temporary storage (the savepoint journal
+    /// every group member writes) in memory, and a migration, which may sort
+    /// a large table, leaves its connection that way again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pooled_connections_keep_temporary_storage_in_memory() {
+        #[derive(diesel::QueryableByName)]
+        struct TempStore {
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            temp_store: i32,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::Sqlite(dir.path().join("temp.db"));
+        let options = StoreOptions {
+            pool_size: 1,
+            ..StoreOptions::default()
+        };
+        let store = Store::connect(&url, &options).unwrap();
+        store.migrate().await.unwrap();
+        let mut conn = store.conn().await.unwrap();
+        let rows: Vec<TempStore> = crate::with_conn!(&mut conn, |c| {
+            diesel_async::RunQueryDsl::load(diesel::sql_query("PRAGMA temp_store"), c).await
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].temp_store, 2, "MEMORY, after the migration too");
     }
 
     /// A file in rollback-journal mode (what `VACUUM INTO` writes) is in WAL

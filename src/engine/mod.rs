@@ -381,8 +381,8 @@ impl Engine {
         }
         // The claim goes first on both backends: a read before it would cost
         // every fresh delivery a statement (on SQLite, on a reader whose page
-        // cache each commit empties: an eighth of `fresh`'s CPU), and for a
-        // repeat the cache missed, the claim's conflict reads the row anyway.
+        // cache each commit empties: a tenth of `fresh`'s CPU samples), and
+        // for a repeat the cache missed, the claim's conflict reads the row.
         let claim;
         let begun = if self.store().backend() == Backend::Sqlite {
             claim = self.new_claim(request);

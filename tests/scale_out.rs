@@ -251,8 +251,8 @@ use std::collections::BTreeMap;
 const QUEUED: &str = "queued";
 
 /// A queued endpoint whose first handler forwards to `downstream` as
-/// `instance`, run by `workers` queue workers. The workers' fallback poll is short: the test resumes a
-/// paused endpoint behind their back.
+/// `instance`, run by `workers` queue workers. The workers' fallback poll
+/// is short: the test resumes a paused endpoint behind their back.
 fn queued_tables(
     downstream: &SlowDownstream,
     instance: &str,
@@ -333,26 +333,16 @@ async fn three_receivers_drain_one_queue_running_each_delivery_exactly_once() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let downstream = SlowDownstream::start(Duration::from_millis(20));
     let handlers = "handlers = [\"slow\", \"record\", \"payments\"]\n";
-    let (a, b, c) = tokio::join!(
+    let (path, database_url, downstream_ref) = (dir.path(), url.as_str(), &downstream);
+    let start = move |name| {
         Receiver::start_with(
-            dir.path(),
-            "a",
-            &url,
-            queued_tables(&downstream, "a", 4, handlers)
-        ),
-        Receiver::start_with(
-            dir.path(),
-            "b",
-            &url,
-            queued_tables(&downstream, "b", 4, handlers)
-        ),
-        Receiver::start_with(
-            dir.path(),
-            "c",
-            &url,
-            queued_tables(&downstream, "c", 4, handlers)
-        ),
-    );
+            path,
+            name,
+            database_url,
+            queued_tables(downstream_ref, name, 4, handlers),
+        )
+    };
+    let (a, b, c) = tokio::join!(start("a"), start("b"), start("c"));
     let receivers = [&a, &b, &c];
 
     // Each delivery is posted twice at once, to two different processes:
@@ -475,20 +465,16 @@ async fn two_receivers_run_one_objects_events_one_at_a_time_oldest_first() {
     // all four heads and keep them (each finished event makes the next one
     // runnable on the same, awake process), and under load the other
     // process ran nothing.
-    let (a, b) = tokio::join!(
+    let (path, database_url, downstream_ref) = (dir.path(), url.as_str(), &downstream);
+    let start = move |name| {
         Receiver::start_with(
-            dir.path(),
-            "a",
-            &url,
-            queued_tables(&downstream, "a", 2, ordered)
-        ),
-        Receiver::start_with(
-            dir.path(),
-            "b",
-            &url,
-            queued_tables(&downstream, "b", 2, ordered)
-        ),
-    );
+            path,
+            name,
+            database_url,
+            queued_tables(downstream_ref, name, 2, ordered),
+        )
+    };
+    let (a, b) = tokio::join!(start("a"), start("b"));
     let receivers = [&a, &b];
 
     // Paused while the events arrive, so that every one is waiting when

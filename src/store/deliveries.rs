@@ -442,9 +442,11 @@ mod tests {
     /// The lookups by key send no `LIMIT`. On SQLite a bound `LIMIT ?`
     /// makes the prepared statement depend on the bound value (the bundled
     /// SQLite 3.53 reads it while planning, `sqlite3ExprIsInteger` with a
-    /// parse context), so every new binding expires the statement and
-    /// `sqlite3_step` prepares it again: on the pre-claim lookup that was
-    /// a fifth of the receiver's CPU in `fresh`. diesel's `.first()` adds
+    /// parse context), so each execution's binding expires the statement
+    /// and `sqlite3_step` prepares it again: on the lookup that then ran
+    /// before every claim, a fifth of the receiver's CPU in `fresh`
+    /// (`find_delivery` now serves a claim's conflict and the admin pages).
+    /// diesel's `.first()` adds
     /// that `LIMIT`; a primary-key or unique lookup needs no limit, so
     /// these use `.get_result()`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

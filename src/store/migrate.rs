@@ -35,7 +35,7 @@ impl Store {
                                 .run_pending_migrations(SQLITE)
                                 .map(|done| done.len())
                                 .map_err(diesel::result::Error::QueryBuilderError);
-                            let restored = c.batch_execute("PRAGMA temp_store = MEMORY");
+                            let restored = c.batch_execute(super::pool::TEMP_STORE_MEMORY);
                             let applied = applied?;
                             restored.map(|()| applied)
                         })

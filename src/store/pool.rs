@@ -258,10 +258,14 @@ fn switch_to_wal(path: &std::path::Path, busy_timeout: Duration) -> Result<(), S
 /// pages at most.
 fn sqlite_pragmas(busy_timeout: Duration) -> String {
     format!(
-        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;",
+        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; {TEMP_STORE_MEMORY}",
         busy_timeout.as_millis()
     )
 }
+
+/// Part of [`sqlite_pragmas`]; a migration sets it back after running with
+/// temporary files.
+pub(super) const TEMP_STORE_MEMORY: &str = "PRAGMA temp_store = MEMORY;";
 
 fn build_pool<C>(
     manager: AsyncDieselConnectionManager<C>,

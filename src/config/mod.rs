@@ -58,8 +58,9 @@ pub struct Settings {
     pub in_progress_wait: Duration,
     pub pool_size: usize,
     /// SQLite's group commit: `sqlite_group_commit`,
-    /// `sqlite_group_commit_max` (members per COMMIT) and
-    /// `sqlite_group_commit_wait` (how long a group stays open).
+    /// `sqlite_group_commit_max` (members per COMMIT),
+    /// `sqlite_group_commit_wait` (how long a group stays open) and
+    /// `sqlite_group_commit_linger` (how long it waits for company).
     pub group_commit: GroupCommitOptions,
     /// The in-process cache of completed keys: its byte budget (0: off)...
     pub replay_cache_bytes: u64,
@@ -117,6 +118,7 @@ struct RawSettings {
     sqlite_group_commit: Option<bool>,
     sqlite_group_commit_max: Option<usize>,
     sqlite_group_commit_wait: Option<String>,
+    sqlite_group_commit_linger: Option<String>,
     replay_cache_bytes: Option<u64>,
     replay_cache_ttl: Option<String>,
     replay_count_interval: Option<String>,
@@ -149,8 +151,8 @@ struct RawSettings {
     otlp_endpoint: Option<String>,
 }
 
-/// `sqlite_group_commit`, `sqlite_group_commit_max` and
-/// `sqlite_group_commit_wait`.
+/// `sqlite_group_commit`, `sqlite_group_commit_max`,
+/// `sqlite_group_commit_wait` and `sqlite_group_commit_linger`.
 fn group_commit(raw: &RawSettings, source: Source<'_>) -> Result<GroupCommitOptions, ConfigError> {
     let defaults = GroupCommitOptions::default();
     let options = GroupCommitOptions {
@@ -160,6 +162,11 @@ fn group_commit(raw: &RawSettings, source: Source<'_>) -> Result<GroupCommitOpti
             "sqlite_group_commit_wait",
             raw.sqlite_group_commit_wait.as_ref(),
             defaults.max_wait,
+        )?,
+        linger: source.duration(
+            "sqlite_group_commit_linger",
+            raw.sqlite_group_commit_linger.as_ref(),
+            defaults.linger,
         )?,
     };
     if options.max_members == 0 || options.max_members > 10_000 {

@@ -295,6 +295,12 @@ fn sqlite_group_commit_is_on_by_default_and_can_be_switched_off_or_bounded() {
     assert_eq!(bounded.group_commit.max_members, 8);
     assert_eq!(bounded.group_commit.max_wait, Duration::from_millis(2));
 
+    let lingering = parse("sqlite_group_commit_linger = \"1ms\"").unwrap();
+    assert_eq!(lingering.group_commit.linger, Duration::from_millis(1));
+    let no_linger = parse("sqlite_group_commit_linger = \"0\"").unwrap();
+    assert_eq!(no_linger.group_commit.linger, Duration::ZERO);
+    assert_eq!(defaults.group_commit.linger, Duration::from_micros(250));
+
     let error = parse("sqlite_group_commit_max = 0")
         .unwrap_err()
         .to_string();

@@ -188,6 +188,16 @@ impl Store {
             .map_or(0, |gate| gate.waiters())
     }
 
+    /// Whether the holder of SQLite's write gate is lingering for another
+    /// writer before it commits (`sqlite_group_commit_linger`); never on
+    /// PostgreSQL.
+    pub fn write_gate_lingering(&self) -> bool {
+        self.shared
+            .write_gate
+            .as_ref()
+            .is_some_and(|gate| gate.lingering())
+    }
+
     /// The one source of "now" for everything built on this store: leases,
     /// retention, the replay cache and the timestamps written to rows.
     pub fn clock(&self) -> &SharedClock {

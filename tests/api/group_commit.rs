@@ -14,8 +14,8 @@ use futures_util::future::join_all;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::store::schema::{events, ledger_entries};
 use idempotent_receiver::store::{
-    Backend as StoreBackend, DatabaseUrl, DbConn, GroupCommitOptions, Store, StoreOptions,
-    Transaction,
+    Backend as StoreBackend, DatabaseUrl, DbConn, GroupCommitMetrics, GroupCommitOptions, Store,
+    StoreOptions, Transaction,
 };
 use idempotent_receiver::with_conn;
 use serde_json::Value;
@@ -29,17 +29,26 @@ const GROUP_MEMBERS: &str = "ir_sqlite_commit_group_members";
 /// A store over a fresh SQLite file. Groups stay open for a minute, so that
 /// only the waiters decide when a group commits, never the machine's speed.
 async fn sqlite_store(enabled: bool) -> (Store, tempfile::TempDir) {
+    let group_commit = GroupCommitOptions {
+        enabled,
+        max_wait: Duration::from_secs(60),
+        ..GroupCommitOptions::default()
+    };
+    store_with(group_commit, GroupCommitMetrics::default()).await
+}
+
+async fn store_with(
+    group_commit: GroupCommitOptions,
+    group_commit_metrics: GroupCommitMetrics,
+) -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let file = dir.path().join("receiver.db");
     test_schema::copy_sqlite_template(&file)
         .await
         .expect("the migrated SQLite template");
     let options = StoreOptions {
-        group_commit: GroupCommitOptions {
-            enabled,
-            max_wait: Duration::from_secs(60),
-            ..GroupCommitOptions::default()
-        },
+        group_commit,
+        group_commit_metrics,
         ..StoreOptions::default()
     };
     let store = Store::connect(&DatabaseUrl::Sqlite(file), &options).expect("a pool");
@@ -150,6 +159,94 @@ async fn writers_waiting_at_the_gate_share_one_commit_and_a_failing_one_rolls_ba
     write(&mut d, "d").await;
     d.commit().await.unwrap();
     assert_eq!(committed(&store).await, ["a", "c", "d"]);
+}
+
+/// The sizes of the groups committed by [`lingering_store`]'s store.
+static LINGERING_GROUPS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// A store whose groups linger a minute for company: only the writers
+/// decide, never the machine's speed.
+async fn lingering_store() -> (Store, tempfile::TempDir) {
+    let group_commit = GroupCommitOptions {
+        max_wait: Duration::from_secs(60),
+        linger: Duration::from_secs(60),
+        ..GroupCommitOptions::default()
+    };
+    let metrics = GroupCommitMetrics {
+        committed: |members| {
+            LINGERING_GROUPS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(members)
+        },
+        ..GroupCommitMetrics::default()
+    };
+    store_with(group_commit, metrics).await
+}
+
+/// After a group of two, a writer alone at the gate does not commit a group
+/// of one: it keeps the gate (for up to `linger`) until the next writer
+/// comes, and leaves the group to it. Writers that come one at a time, as
+/// the first two here, commit at once: a minute's linger would hang them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_group_of_several_a_lone_writer_lingers_for_the_next() {
+    let (store, _dir) = lingering_store().await;
+    let groups = || {
+        LINGERING_GROUPS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    };
+    let bounded = |what: &'static str, commit| async move {
+        tokio::time::timeout(Duration::from_secs(30), commit)
+            .await
+            .unwrap_or_else(|_| panic!("{what} lingered with nobody to wait for"))
+    };
+    for id in ["one", "two"] {
+        let mut alone = store.begin().await.unwrap();
+        write(&mut alone, id).await;
+        bounded("a writer alone after nobody", alone.commit())
+            .await
+            .unwrap();
+    }
+    assert_eq!(groups(), [1, 1]);
+
+    // A group of two: A is done while B waits at the gate.
+    let mut a = store.begin().await.unwrap();
+    write(&mut a, "a").await;
+    let (go_b, b) = member(&store, "b", true);
+    until("B waits at the gate", || store.write_gate_waiters() == 1).await;
+    let a = tokio::spawn(a.commit());
+    let _ = go_b.send(());
+    assert_eq!(b.await.unwrap(), Ok(()));
+    assert!(a.await.unwrap().is_ok());
+    assert_eq!(groups(), [1, 1, 2]);
+
+    // C is alone at the gate, in a group smaller than the last: it lingers.
+    let mut c = store.begin().await.unwrap();
+    write(&mut c, "c").await;
+    let c = tokio::spawn(c.commit());
+    until("C lingers at the gate", || store.write_gate_lingering()).await;
+    let (began_d, d_began) = oneshot::channel::<()>();
+    let (go_d, wait_d) = oneshot::channel::<()>();
+    let d = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let mut d = store.begin().await.unwrap();
+            write(&mut d, "d").await;
+            let _ = began_d.send(());
+            let _ = wait_d.await;
+            d.commit().await
+        }
+    });
+    d_began.await.expect("D got the gate from C");
+    assert_eq!(groups(), [1, 1, 2], "C did not commit alone");
+    assert!(!c.is_finished(), "C waits for its group's COMMIT");
+    let _ = go_d.send(());
+    assert!(d.await.unwrap().is_ok());
+    assert!(c.await.unwrap().is_ok());
+    assert_eq!(groups(), [1, 1, 2, 2], "C and D shared one COMMIT");
+    assert_eq!(committed(&store).await, ["a", "b", "c", "d", "one", "two"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

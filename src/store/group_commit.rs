@@ -240,7 +240,9 @@ impl WriteGate {
         {
             return;
         }
-        let until = Instant::now() + self.options.linger;
+        // Never past the group's own `max_wait`, should `linger` be longer.
+        let until =
+            (Instant::now() + self.options.linger).min(group.opened + self.options.max_wait);
         self.lingering.store(true, Ordering::SeqCst);
         while self.waiters() == 0 && Instant::now() < until {
             tokio::task::yield_now().await;

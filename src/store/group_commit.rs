@@ -93,6 +93,8 @@ pub(super) struct WriteGate {
     /// group only when someone will take it.
     waiters: AtomicUsize,
     acquire_timeout: Duration,
+    /// SQLite's own wait for another process's write lock.
+    busy_timeout: Duration,
     options: GroupCommitOptions,
     metrics: GroupCommitMetrics,
     /// The open group between two members; only the gate's holder touches it.
@@ -108,6 +110,7 @@ pub(super) struct WriteGate {
 impl WriteGate {
     pub(super) fn new(
         acquire_timeout: Duration,
+        busy_timeout: Duration,
         options: GroupCommitOptions,
         metrics: GroupCommitMetrics,
     ) -> WriteGate {
@@ -115,6 +118,7 @@ impl WriteGate {
             gate: Arc::new(tokio::sync::Mutex::new(())),
             waiters: AtomicUsize::new(0),
             acquire_timeout,
+            busy_timeout,
             options,
             metrics,
             parked: Mutex::new(None),
@@ -122,6 +126,10 @@ impl WriteGate {
             last_members: AtomicUsize::new(0),
             lingering: AtomicBool::new(false),
         }
+    }
+
+    pub(super) fn busy_timeout(&self) -> Duration {
+        self.busy_timeout
     }
 
     pub(super) fn groups(&self) -> bool {
@@ -160,7 +168,7 @@ impl WriteGate {
             Some(group) => group,
             None => {
                 let mut object = pool.get().await?;
-                begin_immediate(&mut object).await?;
+                begin_immediate(&mut object, self.busy_timeout).await?;
                 let conn = DbConn::Sqlite(object);
                 Group {
                     id: self.next_group.fetch_add(1, Ordering::Relaxed),

@@ -26,6 +26,7 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 use diesel_async::{AsyncConnection, TransactionManager};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use effects::{CreatedPayment, Effects, LedgerEntry, RecordedEvent, RelatedDelivery};
@@ -157,7 +158,7 @@ impl Store {
             return Ok(Transaction(Inner::Member(member)));
         }
         let mut conn = pool.get().await?;
-        begin_immediate(&mut conn).await?;
+        begin_immediate(&mut conn, write_gate.busy_timeout()).await?;
         Ok(Transaction(Inner::Alone {
             conn: DbConn::Sqlite(conn),
             inline: Some(InlineStatements::on()),
@@ -225,11 +226,51 @@ async fn begin<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
 /// `BEGIN IMMEDIATE`: SQLite's write lock is taken here, on the blocking
 /// pool (it may wait for another process's lock up to `busy_timeout`), so
 /// that the statements after it, run inline, never wait for a lock.
-async fn begin_immediate(c: &mut SqliteConn) -> diesel::QueryResult<()> {
-    c.spawn_blocking(|c| {
-        diesel::connection::AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
-    })
-    .await
+/// `BEGIN IMMEDIATE`: takes SQLite's write lock, waiting up to
+/// `busy_timeout` while another process (the CLI, a backup) holds it.
+///
+/// It is tried first on the task's own thread with SQLite's busy handler
+/// off, which answers at once: the lock is free, or `database is locked`.
+/// Only then does it go to the blocking pool to wait with the handler on.
+/// The write gate's holder opens every group this way, and the hand-off to
+/// a blocking thread and back cost a group about 120 µs on average (39 µs
+/// at the median, the tail when both cores were busy) against about 15 µs
+/// for the statements themselves, while every writer behind it waited.
+async fn begin_immediate(c: &mut SqliteConn, busy_timeout: Duration) -> diesel::QueryResult<()> {
+    let restore = format!("PRAGMA busy_timeout = {}", busy_timeout.as_millis());
+    let at_once = {
+        let _inline = InlineStatements::on();
+        c.spawn_blocking(move |c| {
+            use diesel::connection::SimpleConnection;
+            c.batch_execute("PRAGMA busy_timeout = 0")?;
+            let began = diesel::connection::AnsiTransactionManager::begin_transaction_sql(
+                c,
+                "BEGIN IMMEDIATE",
+            );
+            // Restored however the BEGIN went: every later statement on the
+            // connection waits for the lock as configured.
+            c.batch_execute(&restore)?;
+            began
+        })
+        .await
+    };
+    match at_once {
+        Err(error) if is_locked(&error) => {
+            c.spawn_blocking(|c| {
+                diesel::connection::AnsiTransactionManager::begin_transaction_sql(
+                    c,
+                    "BEGIN IMMEDIATE",
+                )
+            })
+            .await
+        }
+        other => other,
+    }
+}
+
+/// SQLite's `SQLITE_BUSY`: another connection holds the lock.
+fn is_locked(error: &diesel::result::Error) -> bool {
+    matches!(error, diesel::result::Error::DatabaseError(_, info) if info.message().contains("database is locked"))
 }
 
 async fn commit<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {

@@ -169,6 +169,7 @@ impl Store {
         let write_gate = matches!(pools, Pools::Sqlite(_)).then(|| {
             Arc::new(WriteGate::new(
                 options.acquire_timeout,
+                options.busy_timeout,
                 options.group_commit.clone(),
                 options.group_commit_metrics,
             ))

@@ -9,12 +9,14 @@
 //! thread and for a worker to be scheduled again, each time.
 //!
 //! So the holder of the write gate runs its statements inline, on the
-//! task's own thread, between the `BEGIN IMMEDIATE` that takes SQLite's
-//! write lock and the `COMMIT`. Those two still go to the blocking pool:
-//! `BEGIN IMMEDIATE` may wait (up to `busy_timeout`) for another process's
-//! write lock, and `COMMIT` syncs the file and may checkpoint the WAL. In
-//! between, nothing waits on a lock: the lock is held, and WAL readers never
-//! block a writer. Reads outside the gate stay on the blocking pool too.
+//! task's own thread, from the `BEGIN IMMEDIATE` that takes SQLite's write
+//! lock to the `COMMIT`. The `BEGIN IMMEDIATE` is tried inline with SQLite's
+//! busy handler off and goes to the blocking pool only when another
+//! process holds the lock, to wait there (up to `busy_timeout`); see
+//! `store::begin_immediate`. `COMMIT` always goes there: it syncs the file
+//! and may checkpoint the WAL. In between, nothing waits on a lock: the
+//! lock is held, and WAL readers never block a writer. Reads outside the
+//! gate stay on the blocking pool too.
 //!
 //! The switch is task-local: [`inline_scope`] gives a task the flag, the
 //! write gate turns it on while its holder is between `BEGIN` and `COMMIT`

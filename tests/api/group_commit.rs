@@ -15,7 +15,7 @@ use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::store::schema::{events, ledger_entries};
 use idempotent_receiver::store::{
     Backend as StoreBackend, DatabaseUrl, DbConn, GroupCommitMetrics, GroupCommitOptions, Store,
-    StoreOptions, Transaction,
+    StoreOptions, Transaction, inline_scope,
 };
 use idempotent_receiver::with_conn;
 use serde_json::Value;
@@ -281,6 +281,81 @@ async fn a_member_dropped_mid_transaction_fails_its_whole_group_and_nothing_comm
     write(&mut c, "c").await;
     c.commit().await.unwrap();
     assert_eq!(committed(&store).await, ["c"]);
+}
+
+/// `PRAGMA busy_timeout` in milliseconds.
+#[derive(QueryableByName)]
+struct BusyTimeout {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    timeout: i64,
+}
+
+async fn busy_timeout_of(tx: &mut Transaction) -> i64 {
+    with_conn!(tx.conn(), |c| {
+        diesel::sql_query("PRAGMA busy_timeout")
+            .get_result::<BusyTimeout>(c)
+            .await
+    })
+    .expect("PRAGMA busy_timeout")
+    .timeout
+}
+
+/// The gate's holder tries `BEGIN IMMEDIATE` on its own thread with SQLite's
+/// busy handler off, and waits on the blocking pool only when another
+/// process holds the write lock. On a current-thread runtime a wait in the
+/// busy handler would stop everything, the lock's release below included:
+/// the begin would fail after the busy timeout instead of going through.
+#[tokio::test(flavor = "current_thread")]
+async fn a_begin_that_finds_the_write_lock_taken_waits_for_it_off_the_thread() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let file = dir.path().join("receiver.db");
+    test_schema::copy_sqlite_template(&file)
+        .await
+        .expect("the migrated SQLite template");
+    let options = StoreOptions {
+        busy_timeout: Duration::from_secs(30),
+        ..StoreOptions::default()
+    };
+    let store = Store::connect(&DatabaseUrl::Sqlite(file.clone()), &options).expect("a pool");
+
+    // The lock is free: the transaction begins, and its connection still
+    // waits for a locked file as configured.
+    let mut tx = inline_scope(store.begin()).await.expect("a transaction");
+    assert_eq!(busy_timeout_of(&mut tx).await, 30_000);
+    tx.rollback().await.expect("rolled back");
+
+    // Another process holds the lock: the begin waits until it goes.
+    let mut other = diesel::SqliteConnection::establish(&file.to_string_lossy())
+        .expect("a second connection to the file");
+    diesel::connection::SimpleConnection::batch_execute(&mut other, "BEGIN IMMEDIATE")
+        .expect("the other process takes the write lock");
+    let began = AtomicBool::new(false);
+    let begin = async {
+        let tx = inline_scope(store.begin()).await;
+        began.store(true, Ordering::SeqCst);
+        tx
+    };
+    let release = async {
+        for _ in 0..200 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !AtomicBool::load(&began, Ordering::SeqCst),
+            "the begin neither failed nor went through while the lock was held"
+        );
+        diesel::connection::SimpleConnection::batch_execute(&mut other, "ROLLBACK")
+            .expect("the lock let go");
+    };
+    let (tx, ()) = tokio::join!(begin, release);
+    let mut tx = tx.expect("the transaction, once the lock was let go");
+    assert_eq!(
+        busy_timeout_of(&mut tx).await,
+        30_000,
+        "the busy handler is back on after the attempt without it"
+    );
+    write(&mut tx, "after-the-lock").await;
+    tx.commit().await.expect("committed");
+    assert_eq!(committed(&store).await, vec!["after-the-lock"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@ use idempotent_receiver::store::{
 };
 use idempotent_receiver::with_conn;
 use serde_json::Value;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -41,18 +42,24 @@ async fn store_with(
     group_commit: GroupCommitOptions,
     group_commit_metrics: GroupCommitMetrics,
 ) -> (Store, tempfile::TempDir) {
+    let (store, dir, _file) = store_on_file(StoreOptions {
+        group_commit,
+        group_commit_metrics,
+        ..StoreOptions::default()
+    })
+    .await;
+    (store, dir)
+}
+
+/// A store with `options` over a fresh SQLite file, and the file's path.
+async fn store_on_file(options: StoreOptions) -> (Store, tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let file = dir.path().join("receiver.db");
     test_schema::copy_sqlite_template(&file)
         .await
         .expect("the migrated SQLite template");
-    let options = StoreOptions {
-        group_commit,
-        group_commit_metrics,
-        ..StoreOptions::default()
-    };
-    let store = Store::connect(&DatabaseUrl::Sqlite(file), &options).expect("a pool");
-    (store, dir)
+    let store = Store::connect(&DatabaseUrl::Sqlite(file.clone()), &options).expect("a pool");
+    (store, dir, file)
 }
 
 /// Writes an `events` row named `id` in `tx`.
@@ -307,16 +314,11 @@ async fn busy_timeout_of(tx: &mut Transaction) -> i64 {
 /// the begin would fail after the busy timeout instead of going through.
 #[tokio::test(flavor = "current_thread")]
 async fn a_begin_that_finds_the_write_lock_taken_waits_for_it_off_the_thread() {
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let file = dir.path().join("receiver.db");
-    test_schema::copy_sqlite_template(&file)
-        .await
-        .expect("the migrated SQLite template");
-    let options = StoreOptions {
+    let (store, _dir, file) = store_on_file(StoreOptions {
         busy_timeout: Duration::from_secs(30),
         ..StoreOptions::default()
-    };
-    let store = Store::connect(&DatabaseUrl::Sqlite(file.clone()), &options).expect("a pool");
+    })
+    .await;
 
     // The lock is free: the transaction begins, and its connection still
     // waits for a locked file as configured.

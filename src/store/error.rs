@@ -10,6 +10,15 @@ const LOCK_TIMEOUT: &str = "canceling statement due to lock timeout";
 /// `Store::check_error_language`), so these English texts are what arrives.
 const STATEMENT_TIMEOUT: &str = "canceling statement due to statement timeout";
 
+/// SQLite's message for `SQLITE_BUSY`: another connection holds the lock
+/// (and the busy handler, if on, gave up waiting).
+const SQLITE_LOCKED: &str = "database is locked";
+
+/// Whether `error` is SQLite's `SQLITE_BUSY`.
+pub(super) fn sqlite_locked(error: &DieselError) -> bool {
+    matches!(error, DieselError::DatabaseError(_, info) if info.message().contains(SQLITE_LOCKED))
+}
+
 /// What can go wrong talking to the database, sorted by what the caller should
 /// do about it.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +59,7 @@ impl From<DieselError> for StoreError {
                 } else if message.contains(STATEMENT_TIMEOUT) {
                     StoreError::StatementTimeout
                 } else if matches!(kind, DatabaseErrorKind::ClosedConnection)
-                    || message.contains("database is locked")
+                    || message.contains(SQLITE_LOCKED)
                     || message.contains("connection closed")
                     // tokio-postgres's I/O error: the socket was reset, e.g.
                     // by a PostgreSQL that crashed or was stopped `immediate`.

@@ -223,9 +223,6 @@ async fn begin<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
     C::TransactionManager::begin_transaction(c).await
 }
 
-/// `BEGIN IMMEDIATE`: SQLite's write lock is taken here, on the blocking
-/// pool (it may wait for another process's lock up to `busy_timeout`), so
-/// that the statements after it, run inline, never wait for a lock.
 /// `BEGIN IMMEDIATE`: takes SQLite's write lock, waiting up to
 /// `busy_timeout` while another process (the CLI, a backup) holds it.
 ///
@@ -236,17 +233,16 @@ async fn begin<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {
 /// a blocking thread and back cost a group about 120 µs on average (39 µs
 /// at the median, the tail when both cores were busy) against about 15 µs
 /// for the statements themselves, while every writer behind it waited.
+/// Once it holds the lock, the statements after it, run inline, never wait
+/// for one.
 async fn begin_immediate(c: &mut SqliteConn, busy_timeout: Duration) -> diesel::QueryResult<()> {
-    let restore = format!("PRAGMA busy_timeout = {}", busy_timeout.as_millis());
+    let restore = pool::busy_timeout_pragma(busy_timeout);
     let at_once = {
         let _inline = InlineStatements::on();
         c.spawn_blocking(move |c| {
             use diesel::connection::SimpleConnection;
-            c.batch_execute("PRAGMA busy_timeout = 0")?;
-            let began = diesel::connection::AnsiTransactionManager::begin_transaction_sql(
-                c,
-                "BEGIN IMMEDIATE",
-            );
+            c.batch_execute(&pool::busy_timeout_pragma(Duration::ZERO))?;
+            let began = begin_immediate_sql(c);
             // Restored however the BEGIN went: every later statement on the
             // connection waits for the lock as configured.
             c.batch_execute(&restore)?;
@@ -255,22 +251,13 @@ async fn begin_immediate(c: &mut SqliteConn, busy_timeout: Duration) -> diesel::
         .await
     };
     match at_once {
-        Err(error) if is_locked(&error) => {
-            c.spawn_blocking(|c| {
-                diesel::connection::AnsiTransactionManager::begin_transaction_sql(
-                    c,
-                    "BEGIN IMMEDIATE",
-                )
-            })
-            .await
-        }
+        Err(error) if error::sqlite_locked(&error) => c.spawn_blocking(begin_immediate_sql).await,
         other => other,
     }
 }
 
-/// SQLite's `SQLITE_BUSY`: another connection holds the lock.
-fn is_locked(error: &diesel::result::Error) -> bool {
-    matches!(error, diesel::result::Error::DatabaseError(_, info) if info.message().contains("database is locked"))
+fn begin_immediate_sql(c: &mut diesel::SqliteConnection) -> diesel::QueryResult<()> {
+    diesel::connection::AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
 }
 
 async fn commit<C: AsyncConnection>(c: &mut C) -> diesel::QueryResult<()> {

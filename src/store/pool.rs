@@ -260,9 +260,15 @@ fn switch_to_wal(path: &std::path::Path, busy_timeout: Duration) -> Result<(), S
 /// pages at most.
 fn sqlite_pragmas(busy_timeout: Duration) -> String {
     format!(
-        "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; {TEMP_STORE_MEMORY}",
-        busy_timeout.as_millis()
+        "{}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; {TEMP_STORE_MEMORY}",
+        busy_timeout_pragma(busy_timeout)
     )
+}
+
+/// How long SQLite's busy handler waits for another connection's lock
+/// (`ZERO`: it answers `database is locked` at once).
+pub(super) fn busy_timeout_pragma(busy_timeout: Duration) -> String {
+    format!("PRAGMA busy_timeout = {}", busy_timeout.as_millis())
 }
 
 /// Part of [`sqlite_pragmas`]; a migration sets it back after running with

@@ -1,10 +1,10 @@
 //! SQLite's statements inside the write gate run inline on the request's
 //! own thread (`src/store/sqlite_runtime.rs`); only `COMMIT`, and a
 //! `BEGIN IMMEDIATE` that finds another process's write lock taken and must
-//! wait for it, go to the blocking pool. This checks that choice where it matters: while another
-//! process (here: a plain connection of the test, like the CLI's) holds
-//! SQLite's write lock, the deliveries that wait for it block no worker,
-//! and they go through once the lock is let go.
+//! wait for it, go to the blocking pool. This checks that choice where it
+//! matters: while another process (here: a plain connection of the test,
+//! like the CLI's) holds SQLite's write lock, the deliveries that wait for
+//! it block no worker, and they go through once the lock is let go.
 //!
 //! SQLite only: PostgreSQL has no write gate and no blocking pool, and a
 //! lock wait there is a socket read like any other.

@@ -46,6 +46,7 @@ pub(super) enum Purpose {
 pub(super) struct Remembered {
     pub request_hash: String,
     pub received_at: NaiveDateTime,
+    pub event_type: Option<String>,
 }
 
 impl Pending {
@@ -95,6 +96,7 @@ impl Pending {
                             &lease.claimed.delivery_id,
                             &lease.remembered.request_hash,
                             lease.remembered.received_at,
+                            lease.remembered.event_type.as_deref(),
                             response,
                         )
                     })

@@ -323,6 +323,7 @@ impl Engine {
             claim::Remembered {
                 request_hash: row.request_hash.clone(),
                 received_at: row.received_at,
+                event_type: row.event_type.clone(),
             },
             Purpose::Reprocess {
                 actor: actor.to_owned(),
@@ -470,6 +471,7 @@ impl Engine {
             claim::Remembered {
                 request_hash: request.fingerprint.clone(),
                 received_at,
+                event_type: request.event_type.clone(),
             },
             Purpose::Claim,
         );
@@ -487,6 +489,45 @@ impl Engine {
         Some(answer)
     }
 
+    /// A repeat of a completed key answered from the replay cache alone:
+    /// the stored answer, and the event type it was recorded with. Only an
+    /// exact repeat (`fingerprint` equal to the stored one, within
+    /// `retention` or the engine's) is answered, and counted as a replay;
+    /// anything else is `None`, and the caller takes the full path. The
+    /// webhook face asks this before it parses a body whose key a header
+    /// gives: the same fingerprint means the same bytes, which the full path
+    /// would have parsed into the same delivery. Nothing is allocated on a
+    /// miss, which is every fresh delivery.
+    pub fn replay_from_cache(
+        &self,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+        retention: Option<Duration>,
+    ) -> Option<(StoredResponse, Option<String>)> {
+        let hit = self.store().replay_cache().get(scope, key)?;
+        let verdict = self.judge_completed(
+            &hit.request_hash,
+            hit.received_at,
+            fingerprint,
+            retention,
+            self.now(),
+        );
+        if verdict.is_some() {
+            return None;
+        }
+        self.count_replay(&ClaimRequest {
+            scope: scope.to_owned(),
+            key: key.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+            event_type: None,
+            body_key: None,
+            retention,
+            payload: None,
+        });
+        Some((hit.response.clone(), hit.event_type.clone()))
+    }
+
     fn count_replay(&self, request: &ClaimRequest) {
         self.inner
             .replays
@@ -500,7 +541,14 @@ impl Engine {
             .store()
             .replay_cache()
             .get(&request.scope, &request.key)?;
-        match self.judge_completed(&hit.request_hash, hit.received_at, request, self.now()) {
+        let verdict = self.judge_completed(
+            &hit.request_hash,
+            hit.received_at,
+            &request.fingerprint,
+            request.retention,
+            self.now(),
+        );
+        match verdict {
             None => Some(Outcome::Replayed(hit.response.clone())),
             Some(Verdict::Mismatch) => Some(Outcome::Mismatch),
             // Past the retention: the database decides what happens.
@@ -590,9 +638,13 @@ impl Engine {
         now: NaiveDateTime,
     ) -> Result<Verdict, EngineError> {
         if row.status == crate::store::COMPLETED {
-            if let Some(verdict) =
-                self.judge_completed(&row.request_hash, row.received_at, request, now)
-            {
+            if let Some(verdict) = self.judge_completed(
+                &row.request_hash,
+                row.received_at,
+                &request.fingerprint,
+                request.retention,
+                now,
+            ) {
                 return Ok(verdict);
             }
             let stored = row
@@ -603,6 +655,7 @@ impl Engine {
                 &row.delivery_id,
                 &row.request_hash,
                 row.received_at,
+                row.event_type.as_deref(),
                 &stored,
             );
             return Ok(Verdict::Replay(stored));
@@ -622,22 +675,24 @@ impl Engine {
         }
     }
 
-    /// What a completed key means for `request`, whether it was read from
-    /// the database or the replay cache; `None`: replay its response.
+    /// What a completed key means for a request with `fingerprint` under
+    /// `retention` (`None`: the engine's), whether the key was read from the
+    /// database or the replay cache; `None`: replay its response.
     fn judge_completed(
         &self,
         request_hash: &str,
         received_at: NaiveDateTime,
-        request: &ClaimRequest,
+        fingerprint: &str,
+        retention: Option<Duration>,
         now: NaiveDateTime,
     ) -> Option<Verdict> {
         // Past the retention the key is forgotten, whatever it was used
         // for: the docs promise that a repeat then runs again.
-        let retention = request.retention.unwrap_or(self.inner.options.retention);
+        let retention = retention.unwrap_or(self.inner.options.retention);
         if received_at + to_delta(retention) <= now {
             return Some(Verdict::Expired);
         }
-        if request_hash != request.fingerprint {
+        if request_hash != fingerprint {
             return Some(Verdict::Mismatch);
         }
         None

@@ -124,7 +124,11 @@ async fn write_counts(tally: Weak<ReplayTally>, store: Store, every: Duration) {
             None => return,
         };
         for chunk in counts.chunks(KEYS_PER_WRITE) {
-            if let Err(error) = write_chunk(&store, chunk).await {
+            // On SQLite the write holds the write gate for its whole chunk:
+            // its statements run inline, as a delivery's do, rather than
+            // one blocking-pool hand-off per key while writers queue.
+            let written = crate::store::inline_scope(write_chunk(&store, chunk)).await;
+            if let Err(error) = written {
                 tracing::debug!(%error, keys = chunk.len(), "replays not counted");
             }
         }

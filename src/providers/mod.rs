@@ -157,6 +157,19 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         payload: &Value,
     ) -> Result<Vec<Delivery>, Rejection>;
 
+    /// The key of the request's one delivery, where a header carries it and
+    /// the body is not needed to find it (Standard Webhooks' `webhook-id`).
+    /// The webhook face uses it to answer an exact repeat from the replay
+    /// cache before it parses the body: a hit needs the same key and the
+    /// same body bytes as the delivery stored, so a scheme may name a key
+    /// here only where [`Provider::deliveries`] takes that same header as
+    /// the key of a single delivery whose stored payload is the body itself
+    /// (no batch, no form or document, no handshake, no volatile fields).
+    /// `None`, the default: the body decides.
+    fn header_key<'r>(&self, _request: &SignedRequest<'r>) -> Option<&'r str> {
+        None
+    }
+
     /// The exact body a provider demands for a processed delivery (Adyen's
     /// `[accepted]`); `None`: the receiver's own JSON answer.
     fn acknowledgement(&self) -> Option<&'static str> {

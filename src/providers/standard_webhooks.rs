@@ -283,6 +283,14 @@ impl Provider for StandardWebhooks {
         ))
     }
 
+    /// The `webhook-id` (or `svix-id`), as [`Provider::deliveries`] takes
+    /// it.
+    fn header_key<'r>(&self, request: &SignedRequest<'r>) -> Option<&'r str> {
+        Self::headers(request.headers)
+            .ok()
+            .map(|headers| headers.id)
+    }
+
     fn retry_window(&self) -> RetryWindow {
         RETRY_WINDOW
     }

@@ -24,6 +24,9 @@ use std::time::Duration;
 pub struct CachedCompletion {
     pub request_hash: String,
     pub received_at: NaiveDateTime,
+    /// The delivery's event type, for the log line and the span of a repeat
+    /// answered before its body is parsed.
+    pub event_type: Option<String>,
     pub response: StoredResponse,
     cached_at: DateTime<Utc>,
 }
@@ -43,6 +46,7 @@ impl Weighter<EntryKey, Arc<CachedCompletion>> for BytesWeighter {
         let response = &entry.response;
         (key.len()
             + entry.request_hash.len()
+            + entry.event_type.as_ref().map_or(0, String::len)
             + response.body.len()
             + response.content_type.len()
             + response.location.as_ref().map_or(0, String::len)
@@ -107,6 +111,7 @@ impl ReplayCache {
         key: &str,
         request_hash: &str,
         received_at: NaiveDateTime,
+        event_type: Option<&str>,
         response: &StoredResponse,
     ) {
         let Some(entries) = &self.entries else {
@@ -118,6 +123,7 @@ impl ReplayCache {
         let entry = CachedCompletion {
             request_hash: request_hash.to_owned(),
             received_at,
+            event_type: event_type.map(str::to_owned),
             response: response.clone(),
             cached_at: self.clock.now(),
         };
@@ -183,13 +189,13 @@ mod tests {
     #[test]
     fn a_remembered_key_is_found_in_its_scope_only() {
         let cache = ReplayCache::new(&ReplayCacheOptions::default(), system());
-        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        cache.remember("shop", "msg_1", "h1", at(), None, &response("{}"));
         let hit = cache.get("shop", "msg_1").expect("a hit");
         assert_eq!(hit.request_hash, "h1");
         assert_eq!(hit.response.body, &b"{}"[..]);
         assert!(cache.get("other", "msg_1").is_none());
         // The separator keeps ("a", "b\0c") and ("a\0b", "c") apart.
-        cache.remember("a", "b", "h", at(), &response("1"));
+        cache.remember("a", "b", "h", at(), None, &response("1"));
         assert!(cache.get("a\u{0}b", "").is_none());
     }
 
@@ -197,7 +203,7 @@ mod tests {
     fn a_hit_shares_the_remembered_body_rather_than_copying_it() {
         let cache = ReplayCache::new(&ReplayCacheOptions::default(), system());
         let stored = response("{\"ok\":true}");
-        cache.remember("shop", "msg_1", "h1", at(), &stored);
+        cache.remember("shop", "msg_1", "h1", at(), None, &stored);
         let hit = cache.get("shop", "msg_1").expect("a hit");
         assert_eq!(hit.response.body.as_ptr(), stored.body.as_ptr());
         let replayed = hit.response.clone();
@@ -214,8 +220,8 @@ mod tests {
             },
             clock.shared(),
         );
-        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
-        cache.remember("shop", "msg_2", "h2", at(), &response("{}"));
+        cache.remember("shop", "msg_1", "h1", at(), None, &response("{}"));
+        cache.remember("shop", "msg_2", "h2", at(), None, &response("{}"));
         cache.forget("shop", "msg_1");
         assert!(cache.get("shop", "msg_1").is_none());
         assert!(cache.get("shop", "msg_2").is_some());
@@ -229,7 +235,7 @@ mod tests {
     fn an_entry_cached_before_the_clock_was_set_back_is_not_trusted() {
         let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
         let cache = ReplayCache::new(&ReplayCacheOptions::default(), clock.shared());
-        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        cache.remember("shop", "msg_1", "h1", at(), None, &response("{}"));
         clock.set(clock.now() - chrono::TimeDelta::seconds(1));
         assert!(cache.get("shop", "msg_1").is_none());
     }
@@ -245,12 +251,26 @@ mod tests {
         );
         let body = "x".repeat(900);
         for n in 0..1000 {
-            cache.remember("shop", &format!("msg_{n}"), "h", at(), &response(&body));
+            cache.remember(
+                "shop",
+                &format!("msg_{n}"),
+                "h",
+                at(),
+                None,
+                &response(&body),
+            );
         }
         // 64 KiB holds at most ~60 entries of ~1 KiB.
         assert!(cache.len() <= 64, "{} entries held", cache.len());
         assert!(!cache.is_empty());
-        cache.remember("shop", "huge", "h", at(), &response(&"y".repeat(100_000)));
+        cache.remember(
+            "shop",
+            "huge",
+            "h",
+            at(),
+            None,
+            &response(&"y".repeat(100_000)),
+        );
         assert!(cache.get("shop", "huge").is_none(), "too large to cache");
     }
 
@@ -263,7 +283,7 @@ mod tests {
             },
             system(),
         );
-        cache.remember("shop", "msg_1", "h1", at(), &response("{}"));
+        cache.remember("shop", "msg_1", "h1", at(), None, &response("{}"));
         assert!(cache.get("shop", "msg_1").is_none());
     }
 }

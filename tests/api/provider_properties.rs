@@ -152,3 +152,61 @@ proptest! {
         }
     }
 }
+
+/// `Provider::header_key` lets the receiver answer an exact repeat from the
+/// replay cache before it parses the body, so it must name the key that the
+/// full path would find: for every scheme's signed example, a key given
+/// there is the key of the request's one delivery, whose stored payload is
+/// the body itself (no batch item, no fingerprint of its own).
+#[test]
+fn a_key_given_before_the_body_is_parsed_is_the_one_the_body_gives() {
+    let mut keyed = Vec::new();
+    for source in sources() {
+        let provider = build(&source.provider, &source.spec(&source.secret)).unwrap();
+        let Ok(signed) = client::sign_with_key(
+            provider.as_ref(),
+            &source.delivery_id,
+            NOW,
+            source.event_type.as_deref(),
+            source.body.clone(),
+            source.signing_keys.map(|(key, _)| key),
+        ) else {
+            continue;
+        };
+        let mut map = HeaderMap::new();
+        for (name, value) in &signed.headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let request = SignedRequest {
+            headers: &map,
+            body: &signed.body,
+            method: "POST",
+            query: &signed.query,
+        };
+        let Some(key) = provider.header_key(&request) else {
+            continue;
+        };
+        let payload = provider.payload(&request).expect("the example parses");
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(&signed.body).is_ok(),
+            "{}: a scheme that names its key in a header stores a JSON body",
+            source.provider
+        );
+        let deliveries = provider.deliveries(&request, &payload).unwrap();
+        assert_eq!(deliveries.len(), 1, "{}", source.provider);
+        let delivery = &deliveries[0];
+        assert_eq!(delivery.key, key, "{}", source.provider);
+        assert!(delivery.item.is_none(), "{}", source.provider);
+        assert!(delivery.fingerprint.is_none(), "{}", source.provider);
+        keyed.push(source.provider.clone());
+    }
+    for expected in ["standard-webhooks", "github", "shopify"] {
+        assert!(
+            keyed.iter().any(|p| p == expected),
+            "{expected} gives its key in a header; keyed: {keyed:?}"
+        );
+    }
+}

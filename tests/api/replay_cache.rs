@@ -119,3 +119,55 @@ both_backends_with! { without_cache;
         assert_eq!(app.ledger_rows().await, 1);
     }
 }
+
+both_backends! {
+    async fn an_exact_repeat_is_answered_before_its_body_is_parsed(app) {
+        // A completed key whose cached fingerprint is this very body's, and
+        // a body that is not JSON: only an answer that never parsed it can
+        // be the stored 200. (The key comes from `webhook-id`, signed.)
+        use idempotent_receiver::clock::Clock;
+        use sha2::{Digest, Sha256};
+        let body = b"not JSON, and never parsed".to_vec();
+        let stored = idempotent_receiver::store::StoredResponse {
+            status: 200,
+            content_type: "application/json".into(),
+            body: bytes::Bytes::from_static(b"{\"seeded\":true}"),
+            location: None,
+        };
+        app.store.replay_cache().remember(
+            ENDPOINT,
+            "msg_early",
+            &hex::encode(Sha256::digest(&body)),
+            app.clock.now().naive_utc(),
+            Some("payment.succeeded"),
+            &stored,
+        );
+        let early = app.deliver("msg_early", &body).await;
+        assert_eq!(early.status(), 200);
+        assert!(replayed(&early));
+        assert_eq!(early.bytes().await.unwrap(), &b"{\"seeded\":true}"[..]);
+
+        // Another body under the key takes the full path, which parses it
+        // and refuses it as before; a bad signature is refused before the
+        // cache is asked.
+        problem(app.deliver("msg_early", b"also not JSON").await, 400, "malformed-body").await;
+        let mut forged = app.signed_headers("msg_early", app.now(), &body);
+        for (name, value) in &mut forged {
+            if name == "webhook-signature" {
+                *value = "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".into();
+            }
+        }
+        assert_eq!(app.post(&forged, body.clone()).await.status(), 401);
+        assert!(app.delivery("msg_early").await.is_none(), "nothing was stored");
+
+        // A real completion leaves its event type in the cache, for the log
+        // line of the repeats answered this way.
+        let real = payment("pay_early", 10);
+        assert_eq!(app.deliver("msg_real", &real).await.status(), 200);
+        let hit = app.store.replay_cache().get(ENDPOINT, "msg_real").expect("cached");
+        assert_eq!(hit.event_type.as_deref(), Some("payment.succeeded"));
+        let again = app.deliver("msg_real", &real).await;
+        assert!(replayed(&again));
+        assert_eq!(app.ledger_rows().await, 1);
+    }
+}

@@ -479,6 +479,23 @@ impl Provider for Described {
         }
     }
 
+    /// The id header of a scheme whose one delivery's stored payload is the
+    /// body: not a batch, a form or a document, without a handshake (which
+    /// the body decides) or volatile fields (whose fingerprint is not the
+    /// body's).
+    fn header_key<'r>(&self, request: &SignedRequest<'r>) -> Option<&'r str> {
+        let body_is_the_payload = self.items.is_none()
+            && self.handshake.is_none()
+            && self.volatile.is_empty()
+            && self.payload == PayloadFormat::Json;
+        match self.id {
+            IdSource::Header(name) if body_is_the_payload => {
+                header(request.headers, name).ok().flatten()
+            }
+            _ => None,
+        }
+    }
+
     fn acknowledgement(&self) -> Option<&'static str> {
         self.acknowledgement
     }

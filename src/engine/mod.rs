@@ -187,7 +187,9 @@ impl Engine {
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
         let span = tracing::Span::current();
-        crate::telemetry::traces::set_attributes(&span, || delivery_attributes(request));
+        crate::telemetry::traces::set_attributes(&span, || {
+            delivery_attributes(&request.scope, &request.key, request.event_type.as_deref())
+        });
         // SQLite: the write gate's holder runs its statements inline.
         let result = crate::store::inline_scope(self.claim_and_run(request, operation)).await;
         traced::finished(&span, &result);
@@ -364,7 +366,7 @@ impl Engine {
                 }
                 claim => {
                     if matches!(claim, Outcome::Replayed(_)) {
-                        self.count_replay(request);
+                        self.count_replay_of(request);
                     }
                     return Ok(claim);
                 }
@@ -484,7 +486,7 @@ impl Engine {
     pub fn answer_from_cache(&self, request: &ClaimRequest) -> Option<Outcome> {
         let answer = self.cached(request)?;
         if matches!(answer, Outcome::Replayed(_)) {
-            self.count_replay(request);
+            self.count_replay_of(request);
         }
         Some(answer)
     }
@@ -516,22 +518,24 @@ impl Engine {
         if verdict.is_some() {
             return None;
         }
-        self.count_replay(&ClaimRequest {
-            scope: scope.to_owned(),
-            key: key.to_owned(),
-            fingerprint: fingerprint.to_owned(),
-            event_type: None,
-            body_key: None,
-            retention,
-            payload: None,
-        });
+        // No body key: the tally's write finds the row by its key.
+        self.count_replay(scope, key, None);
         Some((hit.response.clone(), hit.event_type.clone()))
     }
 
-    fn count_replay(&self, request: &ClaimRequest) {
-        self.inner
-            .replays
-            .count(self.store(), request, self.inner.options.replay_count_every);
+    fn count_replay(&self, scope: &str, key: &str, body_key: Option<&str>) {
+        self.inner.replays.count(
+            self.store(),
+            scope,
+            key,
+            body_key,
+            self.inner.options.replay_count_every,
+        );
+    }
+
+    /// [`Engine::count_replay`] for `request`'s key.
+    fn count_replay_of(&self, request: &ClaimRequest) {
+        self.count_replay(&request.scope, &request.key, request.body_key.as_deref());
     }
 
     /// The answer the replay cache holds for `request`, if any: a replay or

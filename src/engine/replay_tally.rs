@@ -9,7 +9,6 @@
 //! write, more distinct keys in one interval than [`MOST_KEYS`]); an answer
 //! is never slowed down by it.
 
-use super::ClaimRequest;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -55,25 +54,33 @@ impl Default for ReplayTally {
 }
 
 impl ReplayTally {
-    /// Counts one replay of `request`'s key. Starts the writer on first use,
-    /// on the caller's tokio runtime.
-    pub(super) fn count(self: &Arc<Self>, store: &Store, request: &ClaimRequest, every: Duration) {
-        self.add(request);
+    /// Counts one replay of `key` in `scope` (`body_key`: the row's body
+    /// key, where it has one). Starts the writer on first use, on the
+    /// caller's tokio runtime.
+    pub(super) fn count(
+        self: &Arc<Self>,
+        store: &Store,
+        scope: &str,
+        key: &str,
+        body_key: Option<&str>,
+        every: Duration,
+    ) {
+        self.add(scope, key, body_key);
         if !self.writer_started.swap(true, Ordering::AcqRel) {
             tokio::spawn(write_counts(Arc::downgrade(self), store.clone(), every));
         }
     }
 
-    fn add(&self, request: &ClaimRequest) {
-        let hash = self.hasher.hash_one((&request.scope, &request.key));
+    fn add(&self, scope: &str, key: &str, body_key: Option<&str>) {
+        let hash = self.hasher.hash_one((scope, key));
         let Ok(mut shard) = self.shards[hash as usize % SHARDS].lock() else {
             return;
         };
         let full = shard.keys >= MOST_KEYS / SHARDS;
         if let Some((_, n)) = shard
             .scopes
-            .get_mut(request.scope.as_str())
-            .and_then(|keys| keys.get_mut(request.key.as_str()))
+            .get_mut(scope)
+            .and_then(|keys| keys.get_mut(key))
         {
             *n = n.saturating_add(1);
             return;
@@ -81,8 +88,8 @@ impl ReplayTally {
         if full {
             // The scope carries a tenant header and the key a client's text.
             tracing::debug!(
-                scope = %crate::log_text::escaped(&request.scope),
-                key = %crate::log_text::escaped(&request.key),
+                scope = %crate::log_text::escaped(scope),
+                key = %crate::log_text::escaped(key),
                 "replay not counted: too many keys at once"
             );
             return;
@@ -90,9 +97,9 @@ impl ReplayTally {
         shard.keys += 1;
         shard
             .scopes
-            .entry(request.scope.clone())
+            .entry(scope.to_owned())
             .or_default()
-            .insert(request.key.clone(), (request.body_key.clone(), 1));
+            .insert(key.to_owned(), (body_key.map(str::to_owned), 1));
     }
 
     /// Every count since the last call, emptying the shards.
@@ -157,16 +164,9 @@ async fn write_chunk(
 mod tests {
     use super::*;
 
-    fn replay_of(scope: &str, key: &str) -> ClaimRequest {
-        ClaimRequest {
-            scope: scope.into(),
-            key: key.into(),
-            fingerprint: "f".into(),
-            event_type: None,
-            body_key: Some(format!("body-{key}")),
-            retention: None,
-            payload: None,
-        }
+    /// One replay of `key`, whose row's body key is `body-KEY`.
+    fn replay_of(tally: &ReplayTally, scope: &str, key: &str) {
+        tally.add(scope, key, Some(&format!("body-{key}")));
     }
 
     #[test]
@@ -177,8 +177,8 @@ mod tests {
                 let tally = tally.clone();
                 threads.spawn(move || {
                     for n in 0..250 {
-                        tally.add(&replay_of("shop", &format!("msg_{}", n % 5)));
-                        tally.add(&replay_of("other", "msg_0"));
+                        replay_of(&tally, "shop", &format!("msg_{}", n % 5));
+                        replay_of(&tally, "other", "msg_0");
                     }
                 });
             }
@@ -201,7 +201,7 @@ mod tests {
     fn distinct_keys_beyond_the_bound_go_uncounted() {
         let tally = ReplayTally::default();
         for n in 0..MOST_KEYS * 2 {
-            tally.add(&replay_of("shop", &format!("msg_{n}")));
+            replay_of(&tally, "shop", &format!("msg_{n}"));
         }
         let counts = tally.take();
         assert!(counts.len() <= MOST_KEYS, "{} keys held", counts.len());

@@ -2,18 +2,22 @@
 //! the delivery a `process` span is for, what its `claim` found, and
 //! whether it failed.
 
-use super::{Claim, ClaimRequest, EngineError, Outcome};
+use super::{Claim, EngineError, Outcome};
 use crate::telemetry::traces::{self, KeyValue, capped};
 use tracing::Span;
 
 /// A delivery's endpoint, id and event type as attributes. The id and the
 /// event type come from the request: escaped and capped.
-pub fn delivery_attributes(claim: &ClaimRequest) -> Vec<KeyValue> {
+pub fn delivery_attributes(
+    endpoint: &str,
+    delivery_id: &str,
+    event_type: Option<&str>,
+) -> Vec<KeyValue> {
     let mut attributes = vec![
-        KeyValue::new("webhook.endpoint", claim.scope.clone()),
-        KeyValue::new("webhook.delivery_id", capped(&claim.key)),
+        KeyValue::new("webhook.endpoint", endpoint.to_owned()),
+        KeyValue::new("webhook.delivery_id", capped(delivery_id)),
     ];
-    if let Some(event_type) = &claim.event_type {
+    if let Some(event_type) = event_type {
         attributes.push(KeyValue::new("webhook.event_type", capped(event_type)));
     }
     attributes

@@ -349,7 +349,7 @@ async fn answer(
     };
     let span = tracing::Span::current();
     if let Some((claim, _)) = deliveries.first() {
-        record_delivery(&span, claim);
+        record_delivery(&span, &claim.scope, &claim.key, claim.event_type.as_deref());
     }
     let batch = deliveries.len() > 1;
     let mut results = Vec::with_capacity(deliveries.len());
@@ -391,15 +391,20 @@ async fn answer(
 }
 
 /// The request's first delivery on its span: its id and event type.
-fn record_delivery(span: &tracing::Span, claim: &ClaimRequest) {
+fn record_delivery(
+    span: &tracing::Span,
+    endpoint: &str,
+    delivery_id: &str,
+    event_type: Option<&str>,
+) {
     // A delivery id is visible ASCII (`check_key`), but the event type is
     // any string of the sender's body.
-    span.record("delivery_id", field::display(escaped(&claim.key)));
+    span.record("delivery_id", field::display(escaped(delivery_id)));
     span.record(
         "event_type",
-        field::display(escaped(claim.event_type.as_deref().unwrap_or(""))),
+        field::display(escaped(event_type.unwrap_or(""))),
     );
-    traced::delivery(span, claim);
+    traced::delivery(span, endpoint, delivery_id, event_type);
 }
 
 /// An exact repeat answered from the replay cache as soon as its signature
@@ -428,18 +433,14 @@ fn replay_early(
         body_fingerprint,
         endpoint.retention,
     )?;
-    let probe = ClaimRequest {
-        scope: endpoint.name.clone(),
-        key: key.to_owned(),
-        fingerprint: body_fingerprint.to_owned(),
-        event_type,
-        body_key: None,
-        retention: endpoint.retention,
-        payload: None,
-    };
     let provider = endpoint.provider.name();
     metrics::delivery_verified(&endpoint.name, provider);
-    record_delivery(&tracing::Span::current(), &probe);
+    record_delivery(
+        &tracing::Span::current(),
+        &endpoint.name,
+        key,
+        event_type.as_deref(),
+    );
     let result = Ok(Outcome::Replayed(response));
     count(
         &webhooks.traffic,
@@ -450,7 +451,7 @@ fn replay_early(
     );
     Some(respond_to(
         endpoint.provider.as_ref(),
-        vec![(probe.key, result)],
+        vec![(key.to_owned(), result)],
         false,
     ))
 }

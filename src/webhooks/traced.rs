@@ -5,7 +5,6 @@
 //! request is escaped and capped; no secret, header or payload is set.
 
 use super::Answered;
-use crate::engine::ClaimRequest;
 use crate::providers::Rejection;
 use crate::telemetry::traces::{self, KeyValue, capped};
 use actix_web::HttpRequest;
@@ -42,8 +41,10 @@ pub(super) fn webhook_span(request: &HttpRequest, endpoint: &str) -> Span {
 }
 
 /// The first delivery of the request: its id and event type.
-pub(super) fn delivery(span: &Span, claim: &ClaimRequest) {
-    traces::set_attributes(span, || crate::engine::delivery_attributes(claim));
+pub(super) fn delivery(span: &Span, endpoint: &str, delivery_id: &str, event_type: Option<&str>) {
+    traces::set_attributes(span, || {
+        crate::engine::delivery_attributes(endpoint, delivery_id, event_type)
+    });
 }
 
 /// The answer: its status and outcome, and for a refusal or a failure the

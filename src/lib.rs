@@ -56,6 +56,7 @@ pub mod client_keys;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod digest_hex;
 pub mod duration_text;
 pub mod engine;
 pub mod environment;

@@ -5,9 +5,11 @@
 
 pub mod log_writer;
 pub mod metrics;
+pub mod plain_text;
 pub mod request_id;
 pub mod traces;
 
+use plain_text::{PlainFields, PlainFormat};
 use std::io::IsTerminal;
 pub use traces::{TraceSettings, Traces};
 use tracing_subscriber::layer::SubscriberExt;
@@ -33,7 +35,9 @@ pub enum LogFormat {
 /// writer thread cannot be started, lines go straight to stderr.
 ///
 /// Text lines are coloured only when stderr is a terminal: in a file or a
-/// pipe the colour codes would be raw ESC bytes around every field.
+/// pipe the colour codes would be raw ESC bytes around every field. Without
+/// colour they are written by [`plain_text`], byte for byte the default
+/// format's lines at a fraction of its cost.
 ///
 /// In JSON every line is one object: the event's fields at the top level,
 /// `span` (the innermost span with its fields) and `spans` (every span
@@ -59,7 +63,10 @@ pub fn init(format: LogFormat, traces: Option<Traces>) -> LogGuard {
                 .with_writer(writer)
                 .with_ansi(ansi);
             let _ = match format {
-                LogFormat::Text => builder.try_init(),
+                LogFormat::Text => builder
+                    .fmt_fields(PlainFields)
+                    .event_format(PlainFormat::default())
+                    .try_init(),
                 LogFormat::Json => builder
                     .json()
                     .flatten_event(true)
@@ -73,7 +80,11 @@ pub fn init(format: LogFormat, traces: Option<Traces>) -> LogGuard {
                 .with_writer(writer)
                 .with_ansi(ansi);
             let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
-                LogFormat::Text => Box::new(log.with_filter(filter)),
+                LogFormat::Text => Box::new(
+                    log.fmt_fields(PlainFields)
+                        .event_format(PlainFormat::default())
+                        .with_filter(filter),
+                ),
                 LogFormat::Json => Box::new(
                     log.json()
                         .flatten_event(true)

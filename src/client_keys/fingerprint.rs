@@ -24,7 +24,7 @@ pub fn fingerprint(method: &str, route: &str, body: &[u8]) -> String {
             hash.update(body);
         }
     }
-    hex::encode(hash.finalize())
+    crate::digest_hex::hex(&hash.finalize())
 }
 
 /// Writes `value` with object keys sorted and no whitespace. Written out here

@@ -25,7 +25,6 @@ use crate::traffic::{self, Traffic};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 use chrono::NaiveDateTime;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -310,7 +309,7 @@ async fn answer(
             return refuse_rejection(rejection);
         }
     };
-    let body_fingerprint = hex::encode(Sha256::digest(&body));
+    let body_fingerprint = crate::digest_hex::sha256_hex(&body);
     if let Some(answered) = replay_early(webhooks, &endpoint, &signed, &body_fingerprint, started) {
         return answered;
     }
@@ -671,8 +670,8 @@ fn deliveries_of(
             let fingerprint = match delivery.fingerprint {
                 Some(fingerprint) => fingerprint,
                 None if raw == *body => take_or_copy(&mut body_fingerprint, last)
-                    .unwrap_or_else(|| hex::encode(Sha256::digest(body))),
-                None => hex::encode(Sha256::digest(&raw)),
+                    .unwrap_or_else(|| crate::digest_hex::sha256_hex(body)),
+                None => crate::digest_hex::sha256_hex(&raw),
             };
             let claim = ClaimRequest {
                 scope: endpoint.name.clone(),

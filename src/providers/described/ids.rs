@@ -7,7 +7,6 @@ use super::{Signature, header_name, intern, invalid, pointer_in};
 use crate::providers::ProviderConfigError;
 use crate::providers::description::{Description, MacKind};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 #[derive(Debug)]
 pub enum IdSource {
@@ -166,7 +165,7 @@ pub fn key(
             check_key(&key)?;
             Ok(key)
         }
-        IdSource::BodyHash => Ok(hex::encode(Sha256::digest(request.body))),
+        IdSource::BodyHash => Ok(crate::digest_hex::sha256_hex(request.body)),
         IdSource::Query(name) => {
             let key = query_param(request.query, name).ok_or(Rejection::MissingField(name))?;
             check_key(&key)?;

@@ -346,7 +346,7 @@ impl Described {
         // serde_json's maps are ordered by key: the same content is the same
         // bytes whatever order the sender wrote it in.
         let bytes = serde_json::to_vec(&stable).ok()?;
-        Some(hex::encode(sha2::Sha256::digest(bytes)))
+        Some(crate::digest_hex::sha256_hex(&bytes))
     }
 
     /// The batch's items, each as the JSON the item settings point at.
@@ -411,7 +411,7 @@ impl Provider for Described {
         if let Some(name) = self.body_sha256_query {
             // The hash is in the signed URL; the body must be what it hashes.
             if let Some(expected) = template::query_param(request.query, name) {
-                let actual = hex::encode(sha2::Sha256::digest(request.body));
+                let actual = crate::digest_hex::sha256_hex(request.body);
                 if !mac::equal(actual.as_bytes(), expected.to_ascii_lowercase().as_bytes()) {
                     return Err(Rejection::InvalidSignature);
                 }

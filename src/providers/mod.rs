@@ -338,11 +338,29 @@ pub(crate) fn header<'a>(
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
         && !name.is_empty();
-    let mut values = if static_name {
-        headers.get_all(HeaderName::from_static(name))
+    if static_name {
+        header_named(headers, &HeaderName::from_static(name), name)
     } else {
-        headers.get_all(name)
-    };
+        single_value(headers.get_all(name), name)
+    }
+}
+
+/// [`header`] by a name made once: a `const` `HeaderName` skips the
+/// checks `from_static` otherwise makes of the name on every lookup (a
+/// scheme's fixed headers, on every delivery). `label` names it in a
+/// refusal.
+pub(crate) fn header_named<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    label: &'static str,
+) -> Result<Option<&'a str>, Rejection> {
+    single_value(headers.get_all(name), label)
+}
+
+fn single_value<'a>(
+    mut values: impl Iterator<Item = &'a actix_web::http::header::HeaderValue>,
+    name: &'static str,
+) -> Result<Option<&'a str>, Rejection> {
     let Some(first) = values.next() else {
         return Ok(None);
     };

@@ -26,11 +26,11 @@ use super::mac::{self, Algorithm};
 use super::secrets::parse_each;
 use super::{
     Delivery, Provider, ProviderConfigError, ProviderSpec, Rejection, RetryWindow, SignError,
-    SignInput, Signed, SignedRequest, Verified, check_key, check_timestamp, header,
+    SignInput, Signed, SignedRequest, Verified, check_key, check_timestamp, header_named,
     parse_timestamp,
 };
 use crate::secret::Secret;
-use actix_web::http::header::HeaderMap;
+use actix_web::http::header::{HeaderMap, HeaderName};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
@@ -73,6 +73,41 @@ enum Key {
     /// `whpk_`: checked against `v1a` entries. A public key, so its `Debug`
     /// may show it.
     Public(VerifyingKey),
+}
+
+/// A header's names, the specification's first and Svix's second: each is
+/// made once, here, rather than checked again on every delivery.
+type Names = [(HeaderName, &'static str); 2];
+
+static ID_HEADERS: Names = [
+    (HeaderName::from_static("webhook-id"), "webhook-id"),
+    (HeaderName::from_static("svix-id"), "svix-id"),
+];
+static TIMESTAMP_HEADERS: Names = [
+    (
+        HeaderName::from_static("webhook-timestamp"),
+        "webhook-timestamp",
+    ),
+    (HeaderName::from_static("svix-timestamp"), "svix-timestamp"),
+];
+static SIGNATURE_HEADERS: Names = [
+    (
+        HeaderName::from_static("webhook-signature"),
+        "webhook-signature",
+    ),
+    (HeaderName::from_static("svix-signature"), "svix-signature"),
+];
+
+/// The header under its first name, else under its second; missing under
+/// both is refused by the first.
+fn either<'a>(
+    map: &'a HeaderMap,
+    [(primary, label), (alias, alias_label)]: &Names,
+) -> Result<&'a str, Rejection> {
+    match header_named(map, primary, label)? {
+        Some(value) => Ok(value),
+        None => header_named(map, alias, alias_label)?.ok_or(Rejection::MissingHeader(label)),
+    }
 }
 
 /// The three headers, each under its `webhook-` or its `svix-` name.
@@ -156,17 +191,15 @@ impl StandardWebhooks {
     }
 
     fn headers<'a>(map: &'a HeaderMap) -> Result<Headers<'a>, Rejection> {
-        let either = |primary: &'static str, alias: &'static str| -> Result<&'a str, Rejection> {
-            match header(map, primary)? {
-                Some(value) => Ok(value),
-                None => header(map, alias)?.ok_or(Rejection::MissingHeader(primary)),
-            }
-        };
         Ok(Headers {
-            id: either("webhook-id", "svix-id")?,
-            timestamp: either("webhook-timestamp", "svix-timestamp")?,
-            signature: either("webhook-signature", "svix-signature")?,
+            id: Self::id(map)?,
+            timestamp: either(map, &TIMESTAMP_HEADERS)?,
+            signature: either(map, &SIGNATURE_HEADERS)?,
         })
+    }
+
+    fn id(map: &HeaderMap) -> Result<&str, Rejection> {
+        either(map, &ID_HEADERS)
     }
 
     /// Splits the signature header into the entries this verifier checks.
@@ -286,9 +319,8 @@ impl Provider for StandardWebhooks {
     /// The `webhook-id` (or `svix-id`), as [`Provider::deliveries`] takes
     /// it.
     fn header_key<'r>(&self, request: &SignedRequest<'r>) -> Option<&'r str> {
-        Self::headers(request.headers)
-            .ok()
-            .map(|headers| headers.id)
+        // Asked only of a verified request, whose three headers were there.
+        Self::id(request.headers).ok()
     }
 
     fn retry_window(&self) -> RetryWindow {

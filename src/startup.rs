@@ -90,6 +90,7 @@ pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
              (or GRANT SET ON PARAMETER lc_messages TO <role>)"
         );
     }
+    store.close_idle();
     Ok(store)
 }
 

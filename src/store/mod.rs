@@ -128,6 +128,21 @@ impl Store {
         }
     }
 
+    /// Closes the PostgreSQL connections that wait idle in the pool. A
+    /// connection's driver task runs on the runtime that opened it: one
+    /// opened at start-up, on the main runtime, would make every query of
+    /// the request that later borrows it hop to that runtime's threads and
+    /// back. Called once start-up is done with the database, so that the
+    /// server's workers open their own. SQLite's connections run their
+    /// statements on the blocking pool or inline, wherever they were opened.
+    /// Returns how many were closed.
+    pub fn close_idle(&self) -> usize {
+        match &self.pools {
+            Pools::Pg(pool) => pool.retain(|_, _| false).removed.len(),
+            Pools::Sqlite(_) => 0,
+        }
+    }
+
     /// A connection outside any transaction, for reads.
     pub async fn conn(&self) -> Result<DbConn, StoreError> {
         Ok(match &self.pools {

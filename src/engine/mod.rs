@@ -22,7 +22,8 @@ pub use queue::{Job, JobOutcome, RetryPolicy};
 pub use traced::delivery_attributes;
 
 use crate::store::{
-    Backend, Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError, StoredResponse, Transaction,
+    Backend, CachedCompletion, Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError,
+    StoredResponse, Transaction,
 };
 use chrono::{NaiveDateTime, TimeDelta};
 use claim::Purpose;
@@ -507,14 +508,7 @@ impl Engine {
         fingerprint: &str,
         retention: Option<Duration>,
     ) -> Option<(StoredResponse, Option<String>)> {
-        let hit = self.store().replay_cache().get(scope, key)?;
-        let verdict = self.judge_completed(
-            &hit.request_hash,
-            hit.received_at,
-            fingerprint,
-            retention,
-            self.now(),
-        );
+        let (hit, verdict) = self.judge_cached(scope, key, fingerprint, retention)?;
         if verdict.is_some() {
             return None;
         }
@@ -541,23 +535,39 @@ impl Engine {
     /// The answer the replay cache holds for `request`, if any: a replay or
     /// a mismatch, never a fresh claim.
     fn cached<T>(&self, request: &ClaimRequest) -> Option<Outcome<T>> {
-        let hit = self
-            .store()
-            .replay_cache()
-            .get(&request.scope, &request.key)?;
-        let verdict = self.judge_completed(
-            &hit.request_hash,
-            hit.received_at,
+        let (hit, verdict) = self.judge_cached(
+            &request.scope,
+            &request.key,
             &request.fingerprint,
             request.retention,
-            self.now(),
-        );
+        )?;
         match verdict {
             None => Some(Outcome::Replayed(hit.response.clone())),
             Some(Verdict::Mismatch) => Some(Outcome::Mismatch),
             // Past the retention: the database decides what happens.
             Some(_) => None,
         }
+    }
+
+    /// The replay cache's completion of `key` in `scope`, if it holds one,
+    /// and what it means for a request with `fingerprint` (see
+    /// [`Engine::judge_completed`]).
+    fn judge_cached(
+        &self,
+        scope: &str,
+        key: &str,
+        fingerprint: &str,
+        retention: Option<Duration>,
+    ) -> Option<(Arc<CachedCompletion>, Option<Verdict>)> {
+        let hit = self.store().replay_cache().get(scope, key)?;
+        let verdict = self.judge_completed(
+            &hit.request_hash,
+            hit.received_at,
+            fingerprint,
+            retention,
+            self.now(),
+        );
+        Some((hit, verdict))
     }
 
     /// A lease owner no other attempt can hold.

@@ -345,7 +345,7 @@ pub(crate) fn header<'a>(
     }
 }
 
-/// [`header`] by a name made once: a `const` `HeaderName` skips the
+/// [`header`] by a name made once: a `static` `HeaderName` skips the
 /// checks `from_static` otherwise makes of the name on every lookup (a
 /// scheme's fixed headers, on every delivery). `label` names it in a
 /// refusal.

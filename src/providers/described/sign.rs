@@ -12,7 +12,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, SecondsFormat};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 const FORM: &str = "application/x-www-form-urlencoded";
 
@@ -72,7 +71,7 @@ pub fn sign(d: &Described, input: &SignInput<'_>) -> Result<Signed, SignError> {
     if let Some(name) = d.body_sha256_query
         && json_body
     {
-        query.push((name.to_owned(), hex::encode(Sha256::digest(&body))));
+        query.push((name.to_owned(), crate::digest_hex::sha256_hex(&body)));
     }
     let query_text = form_urlencoded::Serializer::new(String::new())
         .extend_pairs(&query)

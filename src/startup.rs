@@ -75,9 +75,50 @@ pub fn store_options(settings: &Settings) -> StoreOptions {
     }
 }
 
+/// [`store_options`] for a server: a PostgreSQL lane for each HTTP worker
+/// and a shared one sized for the background work (see
+/// [`StoreOptions::worker_lanes`]).
+pub fn server_store_options(settings: &Settings) -> StoreOptions {
+    StoreOptions {
+        worker_lanes: http_workers(settings),
+        shared_lane: background_connections(settings),
+        ..store_options(settings)
+    }
+}
+
+/// The most connections the server's background work holds at once: the
+/// purge and the reconciliation, one per outbox publisher's relay, and one
+/// per queue worker when an endpoint is queued. Its other tasks (the
+/// relay's and the queue's wake-up helpers, the gauges) hold one briefly
+/// and borrow an idle one of the workers' lanes when the shared lane is
+/// busy.
+pub fn background_connections(settings: &Settings) -> usize {
+    let queued = settings
+        .endpoints
+        .iter()
+        .any(|endpoint| endpoint.queue.is_some());
+    2 + settings.publishers.len() + if queued { settings.queue_workers } else { 0 }
+}
+
+/// How many HTTP workers `serve` runs: `workers`, or actix's default, one
+/// per core.
+pub fn http_workers(settings: &Settings) -> usize {
+    settings.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    })
+}
+
 /// Connects and applies the pending migrations.
 pub async fn open_store(settings: &Settings) -> Result<Store, StoreError> {
-    let store = Store::connect(&settings.database, &store_options(settings))?;
+    open_store_with(settings, &store_options(settings)).await
+}
+
+/// [`open_store`] with the given options.
+pub async fn open_store_with(
+    settings: &Settings,
+    options: &StoreOptions,
+) -> Result<Store, StoreError> {
+    let store = Store::connect(&settings.database, options)?;
     let applied = store.migrate().await?;
     if applied > 0 {
         tracing::info!(applied, "applied database migrations");
@@ -198,7 +239,7 @@ impl Application {
         settings: &Settings,
         registry: &Registry,
     ) -> Result<Application, StartupError> {
-        let store = open_store(settings).await?;
+        let store = open_store_with(settings, &server_store_options(settings)).await?;
         Application::build_with_store(settings, registry, store)
     }
 
@@ -259,6 +300,10 @@ impl Application {
         let payments_body = settings.idempotency.max_body_bytes;
         let metrics_settings = settings.metrics.clone();
         let mut server = HttpServer::new(move || {
+            // Runs once on each worker's thread, as the worker starts.
+            if let Some(lane) = health_store.join_worker_lane() {
+                tracing::debug!(lane, "HTTP worker takes its connections from its own lane");
+            }
             App::new()
                 // The framework's own errors (extractors, 404, 405) as
                 // problem+json, like every other refusal.

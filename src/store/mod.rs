@@ -9,6 +9,7 @@ mod error;
 mod expired;
 mod group_commit;
 mod history;
+mod lanes;
 mod listing;
 mod migrate;
 pub mod outbox;
@@ -93,7 +94,8 @@ macro_rules! with_conn {
 #[derive(Clone)]
 enum Pools {
     Sqlite(Pool<SqliteConn>),
-    Pg(Pool<PgConn>),
+    /// One lane per HTTP worker and a shared one (see `lanes`).
+    Pg(Arc<lanes::Lanes>),
 }
 
 /// A handle on the database: a connection pool of one backend. Cheap to clone.
@@ -138,7 +140,7 @@ impl Store {
     /// Returns how many were closed.
     pub fn close_idle(&self) -> usize {
         match &self.pools {
-            Pools::Pg(pool) => pool.retain(|_, _| false).removed.len(),
+            Pools::Pg(lanes) => lanes.close_idle(),
             Pools::Sqlite(_) => 0,
         }
     }
@@ -147,8 +149,30 @@ impl Store {
     pub async fn conn(&self) -> Result<DbConn, StoreError> {
         Ok(match &self.pools {
             Pools::Sqlite(pool) => DbConn::Sqlite(pool.get().await?),
-            Pools::Pg(pool) => DbConn::Pg(Box::new(pool.get().await?)),
+            Pools::Pg(lanes) => DbConn::Pg(Box::new(lanes.get().await?)),
         })
+    }
+
+    /// Makes the calling thread, an HTTP worker, take its PostgreSQL
+    /// connections from a lane of its own (the next one, round robin), so
+    /// that every connection it borrows is driven by its own runtime; see
+    /// [`StoreOptions::worker_lanes`]. Called once on each worker thread as
+    /// it starts. Returns the lane, or `None` on SQLite and on a store
+    /// without worker lanes.
+    pub fn join_worker_lane(&self) -> Option<usize> {
+        match &self.pools {
+            Pools::Pg(lanes) => lanes.join(),
+            Pools::Sqlite(_) => None,
+        }
+    }
+
+    /// The lane the calling thread takes its connections from: 0, the
+    /// shared lane, unless it joined a worker lane.
+    pub fn lane(&self) -> usize {
+        match &self.pools {
+            Pools::Pg(lanes) => lanes.home(),
+            Pools::Sqlite(_) => 0,
+        }
     }
 
     /// Opens a transaction on a pooled connection. The caller must end it with
@@ -225,11 +249,21 @@ impl Store {
         &self.shared.replays
     }
 
-    /// How many connections the pool holds and how many callers wait for one.
+    /// How many connections the pool holds and how many callers wait for
+    /// one, all lanes together.
     pub fn pool_status(&self) -> deadpool::Status {
         match &self.pools {
             Pools::Sqlite(pool) => pool.status(),
-            Pools::Pg(pool) => pool.status(),
+            Pools::Pg(lanes) => lanes.status(),
+        }
+    }
+
+    /// [`Store::pool_status`] for each lane, the shared lane first; one
+    /// entry when the pool is not split (SQLite always).
+    pub fn lane_status(&self) -> Vec<deadpool::Status> {
+        match &self.pools {
+            Pools::Sqlite(pool) => vec![pool.status()],
+            Pools::Pg(lanes) => lanes.each_status(),
         }
     }
 }

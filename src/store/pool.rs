@@ -1,4 +1,5 @@
 use super::group_commit::{GroupCommitMetrics, GroupCommitOptions, WriteGate};
+use super::lanes::{self, Lanes};
 use super::{
     DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
@@ -66,7 +67,19 @@ impl std::fmt::Debug for DatabaseUrl {
 /// Pool and timeout settings of a [`Store`].
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
+    /// The most connections the store opens, all lanes together.
     pub pool_size: usize,
+    /// How many HTTP workers take their PostgreSQL connections from a lane
+    /// of their own (see [`Store::join_worker_lane`]); 0, the default,
+    /// keeps one pool for every thread. `pool_size` is split between these
+    /// lanes and a shared one, each lane getting at least two connections;
+    /// a smaller pool stays one. SQLite ignores it: its statements run on
+    /// the blocking pool or inline, wherever its connections were opened.
+    pub worker_lanes: usize,
+    /// With `worker_lanes`: the connections the shared lane keeps for the
+    /// threads that are no worker (at least two); the workers split the
+    /// rest.
+    pub shared_lane: usize,
     /// How long a request waits for a free connection before it gets 503.
     pub acquire_timeout: Duration,
     /// How long a claim waits on a row that a concurrent transaction holds
@@ -90,6 +103,8 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             pool_size: 16,
+            worker_lanes: 0,
+            shared_lane: 2,
             acquire_timeout: Duration::from_secs(5),
             lock_wait: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(5),
@@ -132,7 +147,12 @@ impl Store {
                 });
                 let manager =
                     AsyncDieselConnectionManager::new_with_config(path.to_string_lossy(), config);
-                Pools::Sqlite(build_pool(manager, options, QueueMode::Lifo)?)
+                Pools::Sqlite(build_pool(
+                    manager,
+                    options.pool_size,
+                    options,
+                    QueueMode::Lifo,
+                )?)
             }
             DatabaseUrl::Postgres(url) => {
                 // Every wait on the database is bounded, so that a request
@@ -144,26 +164,36 @@ impl Store {
                     options.lock_wait.as_millis().max(1),
                     options.statement_timeout.as_millis().max(1)
                 );
-                let mut config = ManagerConfig::<PgConn>::default();
-                // No `SELECT 1` per checkout: a connection whose socket the
-                // server closed is already marked broken and is replaced;
-                // one that breaks after the checkout fails that request
-                // with a transient error (503), as it would have anyway.
-                config.recycling_method = RecyclingMethod::Fast;
-                config.custom_setup = Box::new(move |url| {
+                // One manager per lane: a manager is not `Clone`, and each
+                // lane's pool owns its own.
+                let manager = || {
                     let setup = setup.clone();
-                    let url = url.to_owned();
-                    async move {
-                        let mut conn = PgConn::establish(&url).await?;
-                        conn.batch_execute(&setup)
-                            .await
-                            .map_err(ConnectionError::CouldntSetupConfiguration)?;
-                        Ok(conn)
-                    }
-                    .boxed()
-                });
-                let manager = AsyncDieselConnectionManager::new_with_config(url.clone(), config);
-                Pools::Pg(build_pool(manager, options, QueueMode::Fifo)?)
+                    let mut config = ManagerConfig::<PgConn>::default();
+                    // No `SELECT 1` per checkout: a connection whose socket
+                    // the server closed is already marked broken and is
+                    // replaced; one that breaks after the checkout fails
+                    // that request with a transient error (503), as it
+                    // would have anyway.
+                    config.recycling_method = RecyclingMethod::Fast;
+                    config.custom_setup = Box::new(move |url| {
+                        let setup = setup.clone();
+                        let url = url.to_owned();
+                        async move {
+                            let mut conn = PgConn::establish(&url).await?;
+                            conn.batch_execute(&setup)
+                                .await
+                                .map_err(ConnectionError::CouldntSetupConfiguration)?;
+                            Ok(conn)
+                        }
+                        .boxed()
+                    });
+                    AsyncDieselConnectionManager::new_with_config(url.clone(), config)
+                };
+                let sizes =
+                    lanes::lane_sizes(options.pool_size, options.worker_lanes, options.shared_lane);
+                Pools::Pg(Arc::new(Lanes::new(&sizes, |size| {
+                    build_pool(manager(), size, options, QueueMode::Fifo)
+                })?))
             }
         };
         let write_gate = matches!(pools, Pools::Sqlite(_)).then(|| {
@@ -287,6 +317,7 @@ pub(super) const TEMP_STORE_MEMORY: &str = "PRAGMA temp_store = MEMORY;";
 /// keeps `Fifo`: its connections hold no cache that a commit empties.
 fn build_pool<C>(
     manager: AsyncDieselConnectionManager<C>,
+    max_size: usize,
     options: &StoreOptions,
     queue_mode: QueueMode,
 ) -> Result<Pool<C>, StoreError>
@@ -296,7 +327,7 @@ where
         deadpool::managed::Manager<Type = C, Error = diesel_async::pooled_connection::PoolError>,
 {
     Pool::builder(manager)
-        .max_size(options.pool_size.max(1))
+        .max_size(max_size.max(1))
         .wait_timeout(Some(options.acquire_timeout))
         .create_timeout(Some(options.acquire_timeout))
         .recycle_timeout(Some(options.acquire_timeout))

@@ -660,7 +660,7 @@ impl TestAppBuilder {
         let clock = ManualClock::starting_now();
         let options = StoreOptions {
             clock: clock.shared(),
-            ..startup::store_options(&settings)
+            ..startup::server_store_options(&settings)
         };
         let store = Store::connect(&settings.database, &options).expect("a pool");
         let mut webhooks = startup::webhooks(&settings, store.clone(), &self.registry)

@@ -45,6 +45,7 @@ mod outbox;
 mod outbox_brokers;
 mod payment_requests;
 mod pipeline;
+mod pool_lanes;
 mod pool_start_up;
 mod provider_properties;
 mod provider_vectors;

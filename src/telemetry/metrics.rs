@@ -46,6 +46,9 @@ pub const POOL_MAX_SIZE: &str = "ir_db_pool_max_size";
 pub const POOL_SIZE: &str = "ir_db_pool_size";
 pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
 pub const POOL_WAITING: &str = "ir_db_pool_waiting";
+pub const POOL_LANE_MAX_SIZE: &str = "ir_db_pool_lane_max_size";
+pub const POOL_LANE_SIZE: &str = "ir_db_pool_lane_size";
+pub const POOL_LANE_WAITING: &str = "ir_db_pool_lane_waiting";
 pub const REPLAY_CACHE_ENTRIES: &str = "ir_replay_cache_entries";
 pub const ADMIN_LOGIN_LIMITED: &str = "ir_admin_login_limited_total";
 pub const QUEUE_JOBS: &str = "ir_queue_jobs";
@@ -247,6 +250,18 @@ fn describe() {
     );
     describe_gauge!(POOL_AVAILABLE, "Idle connections in the database pool.");
     describe_gauge!(POOL_WAITING, "Callers waiting for a database connection.");
+    describe_gauge!(
+        POOL_LANE_MAX_SIZE,
+        "A pool lane's share of pool_size: the shared lane, or one HTTP worker's (PostgreSQL)."
+    );
+    describe_gauge!(
+        POOL_LANE_SIZE,
+        "Connections a pool lane holds, in use or idle."
+    );
+    describe_gauge!(
+        POOL_LANE_WAITING,
+        "Callers waiting for a connection of this lane: a worker whose lane is in use to the last connection and found no idle one elsewhere."
+    );
     describe_gauge!(
         REPLAY_CACHE_ENTRIES,
         "Completed keys held in memory to answer repeats without the database."
@@ -857,6 +872,20 @@ pub fn sample_pool(store: &Store) {
     gauge(POOL_SIZE, status.size);
     gauge(POOL_AVAILABLE, status.available);
     gauge(POOL_WAITING, status.waiting);
+    // A worker's lane can run dry while the others have room; the sums
+    // above would not show it.
+    for (lane, status) in store.lane_status().iter().enumerate() {
+        let lane = match lane {
+            0 => "shared".to_owned(),
+            worker => format!("worker-{worker}"),
+        };
+        let gauge = |name: &'static str, value: usize| {
+            ::metrics::gauge!(name, "backend" => backend, "lane" => lane.clone()).set(value as f64);
+        };
+        gauge(POOL_LANE_MAX_SIZE, status.max_size);
+        gauge(POOL_LANE_SIZE, status.size);
+        gauge(POOL_LANE_WAITING, status.waiting);
+    }
     ::metrics::gauge!(REPLAY_CACHE_ENTRIES).set(store.replay_cache().len() as f64);
 }
 

@@ -288,6 +288,24 @@ async fn metrics_after_known_traffic(backend: Backend) {
         assert!(after.has(gauge, &[("backend", backend_label)]), "{gauge}");
     }
     assert!(after.value("ir_db_pool_max_size", &[("backend", backend_label)]) >= 1.0);
+    // Each lane's gauges: on PostgreSQL the shared lane and one per worker
+    // (the app runs two), on SQLite one pool. (The registry is the
+    // process's, shared with the other tests' apps: the values are checked
+    // in pool_lanes.rs, through the store.)
+    let lanes: &[&str] = match backend {
+        Backend::Sqlite => &["shared"],
+        Backend::Postgres => &["shared", "worker-1", "worker-2"],
+    };
+    for lane in lanes {
+        let labels = [("backend", backend_label), ("lane", *lane)];
+        for gauge in [
+            "ir_db_pool_lane_max_size",
+            "ir_db_pool_lane_size",
+            "ir_db_pool_lane_waiting",
+        ] {
+            assert!(after.has(gauge, &labels), "{gauge} {lane}");
+        }
+    }
 
     // No label names a delivery, a key or a body: they are unbounded.
     for secret_ish in [&id, &forged_id, &client_key, &"pay_metrics".to_owned()] {

@@ -22,8 +22,8 @@ use super::{PgConn, StoreError};
 use deadpool::Status;
 use deadpool::managed::TimeoutType;
 use diesel_async::pooled_connection::deadpool::{Object, Pool, PoolError};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::{Cell, RefCell};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// No lane gets fewer connections than this; a smaller pool stays one lane.
@@ -34,6 +34,26 @@ thread_local! {
     /// lane of it. A thread that joined none, or another store's, uses the
     /// shared lane.
     static HOME: Cell<(usize, usize)> = const { Cell::new((0, SHARED)) };
+    /// The same membership, counted in its lane until the thread ends or
+    /// joins another.
+    static MEMBERSHIP: RefCell<Option<Membership>> = const { RefCell::new(None) };
+}
+
+/// A thread's place in a worker lane: counted in `members[lane]` while it
+/// lives, so that a worker that actix starts again after a panic takes the
+/// lane its predecessor left, not one that already has a worker.
+struct Membership {
+    members: Arc<Mutex<Vec<usize>>>,
+    lane: usize,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = members.get_mut(self.lane) {
+            *count = count.saturating_sub(1);
+        }
+    }
 }
 
 /// The shared lane's index; the workers' lanes follow it.
@@ -43,8 +63,9 @@ pub(super) struct Lanes {
     /// `[SHARED]` first, then one per worker. A single pool when the store
     /// has no worker lanes.
     pools: Box<[Pool<PgConn>]>,
-    /// How many threads joined: the next one takes the next worker lane.
-    joined: AtomicUsize,
+    /// The live threads in each lane (`[SHARED]` unused): a joining thread
+    /// takes the worker lane with the fewest.
+    members: Arc<Mutex<Vec<usize>>>,
 }
 
 /// How `pool_size` is split: `shared` connections (at least
@@ -76,7 +97,7 @@ impl Lanes {
                 .iter()
                 .map(|&size| build(size))
                 .collect::<Result<_, _>>()?,
-            joined: AtomicUsize::new(0),
+            members: Arc::new(Mutex::new(vec![0; sizes.len()])),
         })
     }
 
@@ -84,15 +105,30 @@ impl Lanes {
         self as *const Lanes as usize
     }
 
-    /// Makes the calling thread take its connections from the next worker
-    /// lane, round robin. Returns the lane, or `None` when there is only
-    /// the shared one.
+    /// Makes the calling thread take its connections from the worker lane
+    /// with the fewest live threads (the first of them on a tie: round
+    /// robin as the workers start). Returns the lane, or `None` when there
+    /// is only the shared one. A thread that joins again moves to the
+    /// least used lane other than its own.
     pub(super) fn join(&self) -> Option<usize> {
-        let workers = self.pools.len() - 1;
-        if workers == 0 {
+        if self.pools.len() == 1 {
             return None;
         }
-        let lane = 1 + self.joined.fetch_add(1, Ordering::Relaxed) % workers;
+        let lane = {
+            let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+            let lane = (1..members.len())
+                .min_by_key(|&lane| (members[lane], lane))
+                .unwrap_or(SHARED);
+            members[lane] += 1;
+            lane
+        };
+        let joined = Membership {
+            members: self.members.clone(),
+            lane,
+        };
+        // The previous membership, if any, leaves its lane after the count
+        // above, so that joining again moves the thread on.
+        drop(MEMBERSHIP.replace(Some(joined)));
         HOME.set((self.key(), lane));
         Some(lane)
     }
@@ -190,6 +226,56 @@ mod tests {
             );
             assert!(sizes.iter().all(|&size| size >= MIN_PER_LANE), "{sizes:?}");
         }
+    }
+
+    /// Lanes whose pools never connect: joining needs none.
+    fn lanes(sizes: &[usize]) -> Arc<Lanes> {
+        use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+        let lanes = Lanes::new(sizes, |size| {
+            let manager = AsyncDieselConnectionManager::<PgConn>::new("postgres://unused");
+            Pool::builder(manager)
+                .max_size(size)
+                .build()
+                .map_err(|e| StoreError::Unavailable(e.to_string()))
+        });
+        Arc::new(lanes.expect("pools build without connecting"))
+    }
+
+    /// Joins on a thread of its own; the thread ends once `leave` says so.
+    fn worker(
+        lanes: &Arc<Lanes>,
+    ) -> (
+        usize,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+        let (leave, leave_rx) = std::sync::mpsc::channel::<()>();
+        let lanes = lanes.clone();
+        let thread = std::thread::spawn(move || {
+            let _ = joined_tx.send(lanes.join().expect("a worker lane"));
+            let _ = leave_rx.recv();
+        });
+        (joined_rx.recv().expect("the lane joined"), leave, thread)
+    }
+
+    #[test]
+    fn a_restarted_worker_takes_the_lane_its_predecessor_left() {
+        let lanes = lanes(&[2, 2, 2]);
+        let (first, _stay, _first_thread) = worker(&lanes);
+        let (second, leave, second_thread) = worker(&lanes);
+        assert_eq!((first, second), (1, 2), "round robin as the workers start");
+        let _ = leave.send(());
+        second_thread.join().expect("the second worker ends");
+        // Round robin would give lane 1, which already has a worker.
+        let (restarted, _stay_too, _thread) = worker(&lanes);
+        assert_eq!(restarted, 2, "the lane the ended worker left");
+        assert_eq!(lanes.home(), SHARED, "this thread joined none");
+    }
+
+    #[test]
+    fn one_lane_has_nothing_to_join() {
+        assert_eq!(lanes(&[16]).join(), None);
     }
 
     #[test]

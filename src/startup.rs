@@ -76,28 +76,40 @@ pub fn store_options(settings: &Settings) -> StoreOptions {
 }
 
 /// [`store_options`] for a server: a PostgreSQL lane for each HTTP worker
-/// and a shared one sized for the background work (see
-/// [`StoreOptions::worker_lanes`]).
+/// and a shared one for the background work (see
+/// [`StoreOptions::worker_lanes`]), unless this process runs queue
+/// workers: they do a delivery's work on the main runtime, as much as the
+/// HTTP workers do, and a fixed share of the pool for them cost the
+/// acknowledgements more than the lanes gave (see the README's tenth run).
 pub fn server_store_options(settings: &Settings) -> StoreOptions {
+    let worker_lanes = if runs_queue_workers(settings) {
+        0
+    } else {
+        http_workers(settings)
+    };
     StoreOptions {
-        worker_lanes: http_workers(settings),
+        worker_lanes,
         shared_lane: background_connections(settings),
         ..store_options(settings)
     }
 }
 
-/// The most connections the server's background work holds at once: the
-/// purge and the reconciliation, one per outbox publisher's relay, and one
-/// per queue worker when an endpoint is queued. Its other tasks (the
-/// relay's and the queue's wake-up helpers, the gauges) hold one briefly
-/// and borrow an idle one of the workers' lanes when the shared lane is
-/// busy.
+/// Whether `serve` drains a queued endpoint in this process.
+pub fn runs_queue_workers(settings: &Settings) -> bool {
+    settings.queue_workers > 0
+        && settings
+            .endpoints
+            .iter()
+            .any(|endpoint| endpoint.queue.is_some())
+}
+
+/// The most connections the server's background work holds at once
+/// besides queue workers: the purge and the reconciliation, and one per
+/// outbox publisher's relay. Its other tasks (the relay's wake-up helper,
+/// the gauges) hold one briefly and borrow an idle one of the workers'
+/// lanes when the shared lane is busy.
 pub fn background_connections(settings: &Settings) -> usize {
-    let queued = settings
-        .endpoints
-        .iter()
-        .any(|endpoint| endpoint.queue.is_some());
-    2 + settings.publishers.len() + if queued { settings.queue_workers } else { 0 }
+    2 + settings.publishers.len()
 }
 
 /// How many HTTP workers `serve` runs: `workers`, or actix's default, one

@@ -15,8 +15,10 @@
 //! A worker whose lane is in use to the last connection does not wait while
 //! another lane has an idle one: it borrows that one (its statements hop,
 //! as all of them did before) and only then waits for its own lane. The
-//! shared lane serves the main runtime (purge, reconciliation, the relay,
-//! queued mode's workers), a separate admin server and the CLI.
+//! shared lane serves every other thread: the main runtime (purge,
+//! reconciliation, the relay) and a separate admin server. (`serve` keeps
+//! one pool in a process that runs queue workers; see
+//! `startup::server_store_options`.)
 
 use super::{PgConn, StoreError};
 use deadpool::Status;

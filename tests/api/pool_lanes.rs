@@ -8,7 +8,7 @@
 //! statements run on the blocking pool or inline, wherever its connections
 //! were opened.
 
-use crate::helpers::{Backend, TestApp, payment};
+use crate::helpers::{Backend, SECRET, TestApp, payment};
 use futures_util::future::join_all;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
 use idempotent_receiver::store::{DatabaseUrl, DbConn, Store, StoreOptions};
@@ -218,4 +218,47 @@ async fn a_full_lane_borrows_an_idle_connection_then_waits_for_its_own_sqlite() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_lane_borrows_an_idle_connection_then_waits_for_its_own_postgres() {
     a_full_lane_borrows_an_idle_connection_then_waits_for_its_own(Backend::Postgres).await;
+}
+
+/// A process that drains a queued endpoint keeps one pool: its queue
+/// workers do a delivery's work on the main runtime, and a fixed share of
+/// the pool for them cost the acknowledgements more than the lanes gave.
+/// An ingest-only process (`queue_workers = 0`) keeps the lanes.
+async fn queue_workers_keep_one_pool(backend: Backend) {
+    let queued = format!(
+        "[endpoints.q]\nprovider = \"standard-webhooks\"\nsecrets = [\"{SECRET}\"]\nmode = \"queued\"\n"
+    );
+    for (workers, lanes) in [(2, 1), (0, 3)] {
+        let Some(app) = TestApp::builder(backend)
+            .top_level(&format!("queue_workers = {workers}\n"))
+            .endpoints_toml(&queued)
+            .spawn_if_available()
+            .await
+        else {
+            return;
+        };
+        let expected = match backend {
+            Backend::Postgres => lanes,
+            Backend::Sqlite => 1,
+        };
+        assert_eq!(
+            app.store.lane_status().len(),
+            expected,
+            "queue_workers = {workers}"
+        );
+        let response = app
+            .deliver("msg_queued_lanes", &payment("pay_ql", 300))
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_workers_keep_one_pool_sqlite() {
+    queue_workers_keep_one_pool(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_workers_keep_one_pool_postgres() {
+    queue_workers_keep_one_pool(Backend::Postgres).await;
 }

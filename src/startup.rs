@@ -311,7 +311,7 @@ impl Application {
         let metrics_handle = telemetry::metrics::install();
         let payments_body = settings.idempotency.max_body_bytes;
         let metrics_settings = settings.metrics.clone();
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             // Runs once on each worker's thread, as the worker starts.
             if let Some(lane) = health_store.join_worker_lane() {
                 tracing::debug!(lane, "HTTP worker takes its connections from its own lane");
@@ -352,10 +352,10 @@ impl Application {
         // connection. actix's default (512 threads) lets a burst start
         // hundreds of threads, each with its own malloc arena: memory that
         // stays taken long after the burst.
-        .worker_max_blocking_threads(settings.pool_size + 4);
-        if let Some(workers) = settings.workers {
-            server = server.workers(workers);
-        }
+        .worker_max_blocking_threads(settings.pool_size + 4)
+        // The same figure the store's lanes were counted from: a lane for
+        // every worker.
+        .workers(http_workers(settings));
         let server = server.listen(listener).map_err(listen_error)?.run();
         for endpoint in &settings.endpoints {
             tracing::info!(

@@ -156,8 +156,8 @@ impl Store {
     /// Makes the calling thread, an HTTP worker, take its PostgreSQL
     /// connections from a lane of its own (the one with the fewest live
     /// workers: round robin as they start, and a worker started again
-    /// takes the lane its predecessor left), so
-    /// that every connection it borrows is driven by its own runtime; see
+    /// takes the lane its predecessor left), so that every connection it
+    /// borrows is driven by its own runtime; see
     /// [`StoreOptions::worker_lanes`]. Called once on each worker thread as
     /// it starts. Returns the lane, or `None` on SQLite and on a store
     /// without worker lanes.

@@ -1,8 +1,8 @@
 -- What the receiver sends PostgreSQL for one fresh Standard Webhooks
 -- delivery with the default handlers ["record", "payments"], statement for
 -- statement as diesel-async issues them: BEGIN with the claim in one flight,
--- the two handler inserts in another, the fenced completion, COMMIT
--- (src/store/pipeline.rs), all on one pool checkout and all prepared once
+-- the two handler inserts in another, the fenced completion with COMMIT in
+-- a third (src/store/pipeline.rs), all on one pool checkout and all prepared once
 -- per connection, as `-M prepared` does here (tests/api/bench_sql.rs checks
 -- the statements against a real delivery's), with the same column lists and
 -- payload sizes. The one difference in the literals: `"recorded": true` has a space, because pgbench
@@ -21,7 +21,10 @@ INSERT INTO events (endpoint, delivery_id, event_type, payload, recorded_at) VAL
 -- 3. the payments handler
 INSERT INTO ledger_entries (endpoint, delivery_id, kind, payment_id, order_id, amount, currency, created_at) VALUES ('bench', 'pgb-' || :n::text, 'charge', 'pay_pgb-' || :n::text, 'order_1001', 4200, 'EUR', now()::timestamp) RETURNING id;
 \endpipeline
--- 4. the completion, fenced by the lease owner, then COMMIT (not pipelined:
--- see src/store/pipeline.rs)
+-- 4. the completion, fenced by the lease owner, and COMMIT, in one flight
+-- (store::pipeline; the receiver flies them once the connection has the
+-- completion prepared, which -M prepared has from the first transaction on)
+\startpipeline
 UPDATE deliveries SET status = 'completed', response_status = 200, response_content_type = 'application/json', response_body = convert_to('{"attempt":1,"delivery_id":"pgb-' || :n::text || '","effects":{"payments":{"kind":"charge","ledger_entry_id":1},"record":{"recorded": true}},"endpoint":"bench","event_type":"payment.succeeded","processed_at":"2026-12-01T04:11:44.506Z","status":"processed"}', 'UTF8'), response_location = NULL, completed_at = now()::timestamp, lease_owner = NULL, lease_expires_at = NULL WHERE endpoint = 'bench' AND delivery_id = 'pgb-' || :n::text AND status = 'in_progress' AND lease_owner = 'pid4242-0123abcd/' || md5(:n::text);
 COMMIT;
+\endpipeline

@@ -14,6 +14,10 @@ pub type Claim = Outcome<Pending>;
 pub struct Pending {
     tx: Transaction,
     lease: Lease,
+    /// The claim row was written by `tx` itself (not committed earlier, as
+    /// under a lease): `tx` holds its lock, so the fenced completion cannot
+    /// miss it, and may travel with the `COMMIT`.
+    claimed_in_tx: bool,
 }
 
 /// A claim without an open transaction: committed under a lease that only
@@ -50,8 +54,13 @@ pub(super) struct Remembered {
 }
 
 impl Pending {
+    /// A claim just written by `tx`.
     pub(super) fn new(tx: Transaction, lease: Lease) -> Pending {
-        Pending { tx, lease }
+        Pending {
+            tx,
+            lease,
+            claimed_in_tx: true,
+        }
     }
 
     /// Commits the claim alone, so that its lease is visible to every other
@@ -83,24 +92,32 @@ impl Pending {
     // The `complete` span, at debug: created only when exported.
     #[tracing::instrument(name = "complete", level = "debug", skip_all)]
     pub async fn complete(mut self, response: &StoredResponse) -> Result<(), EngineError> {
+        if self.claimed_in_tx && matches!(self.lease.purpose, Purpose::Claim) {
+            // PostgreSQL: one round trip for both where that is safe.
+            let lease = &self.lease;
+            let flown = self
+                .tx
+                .complete_claim_in_flight(
+                    &lease.scope,
+                    &lease.claimed.delivery_id,
+                    &lease.claimed.lease_owner,
+                    response,
+                    lease.now(),
+                    || lease.remember(response),
+                )
+                .await;
+            match flown {
+                Ok(done) => return Ok(done?),
+                Err(tx) => self.tx = tx,
+            }
+        }
         let completed = self.lease.write_completion(self.tx.conn(), response).await;
         match completed {
             Ok(true) => {
                 // Remembered before the connection goes back: a copy that
                 // waited for it asks the cache again and must find this.
                 let lease = &self.lease;
-                self.tx
-                    .commit_then(|| {
-                        lease.store.replay_cache().remember(
-                            &lease.scope,
-                            &lease.claimed.delivery_id,
-                            &lease.remembered.request_hash,
-                            lease.remembered.received_at,
-                            lease.remembered.event_type.as_deref(),
-                            response,
-                        )
-                    })
-                    .await?;
+                self.tx.commit_then(|| lease.remember(response)).await?;
                 Ok(())
             }
             // These already answer an error, whatever the rollback says.
@@ -151,7 +168,11 @@ impl Lease {
     /// A new transaction under this lease, for the writes that complete it.
     pub async fn begin(self) -> Result<Pending, EngineError> {
         let tx = self.store.begin().await?;
-        Ok(Pending { tx, lease: self })
+        Ok(Pending {
+            tx,
+            lease: self,
+            claimed_in_tx: false,
+        })
     }
 
     /// The second phase of work outside the database: `operation`'s
@@ -168,6 +189,18 @@ impl Lease {
             }
             Err(error) => pending.into_lease().await.fail(error).await,
         }
+    }
+
+    /// Puts a committed completion in the replay cache.
+    fn remember(&self, response: &StoredResponse) {
+        self.store.replay_cache().remember(
+            &self.scope,
+            &self.claimed.delivery_id,
+            &self.remembered.request_hash,
+            self.remembered.received_at,
+            self.remembered.event_type.as_deref(),
+            response,
+        )
     }
 
     /// Now, by the store's clock.

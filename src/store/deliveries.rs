@@ -256,17 +256,36 @@ impl DbConn {
         now: NaiveDateTime,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
-            Prepared(
-                diesel::update(deliveries::table.find((endpoint, delivery_id)))
-                    .filter(dsl::status.eq(IN_PROGRESS))
-                    .filter(dsl::lease_owner.eq(lease_owner))
-                    .set(Completion::of(response, now)),
-            )
+            Prepared(completion_update(
+                endpoint,
+                delivery_id,
+                lease_owner,
+                response,
+                now,
+            ))
             .execute(c)
             .await
         })?;
         Ok(updated == 1)
     }
+}
+
+/// The fenced completion's statement, for [`DbConn::complete_delivery`] and
+/// the completion with `COMMIT` of `store::pipeline`.
+pub(super) fn completion_update<'a>(
+    endpoint: &'a str,
+    delivery_id: &'a str,
+    lease_owner: &'a str,
+    response: &'a StoredResponse,
+    now: NaiveDateTime,
+) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
++ diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
++ Send
++ 'a {
+    diesel::update(deliveries::table.find((endpoint, delivery_id)))
+        .filter(dsl::status.eq(IN_PROGRESS))
+        .filter(dsl::lease_owner.eq(lease_owner))
+        .set(Completion::of(response, now))
 }
 
 impl DbConn {

@@ -20,6 +20,7 @@ pub mod queue;
 mod replay_cache;
 pub mod schema;
 mod sqlite_runtime;
+mod statement_ledger;
 pub mod traffic;
 
 use crate::clock::SharedClock;

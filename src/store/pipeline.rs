@@ -15,24 +15,31 @@
 //!   discards a connection left inside a transaction.
 //! - the handlers' statements ([`Flight`]).
 //!
-//! Not the completion with `COMMIT`: a statement that is not yet in the
-//! connection's cache is sent as `Parse`, answered, and only then executed,
-//! while `COMMIT` (a simple query) goes out at once — so on a fresh
-//! connection the completion ran after `COMMIT`, in a transaction of its
-//! own, and a crash between the two left the effects committed without the
-//! completion. The crash suite's PostgreSQL restart caught it as a doubled
-//! ledger row; `BEGIN` first is safe for the same reason (it needs no
-//! `Parse`, so nothing can overtake it).
+//! - the completion of a claim made in the same transaction, with `COMMIT`
+//!   ([`Transaction::complete_claim_in_flight`]), but only on a connection
+//!   that has already prepared the completion's statement. A statement that
+//!   is not yet in the connection's cache is sent as `Parse`, answered, and
+//!   only then executed, while `COMMIT` (a simple query) goes out at once:
+//!   a first cut that flew regardless ran the completion after `COMMIT` on
+//!   fresh connections, in a transaction of its own, and a crash between
+//!   the two left the effects committed without the completion (the crash
+//!   suite's PostgreSQL restart caught it as a doubled ledger row). The
+//!   connection's `statement_ledger` now says whether the completion is
+//!   prepared; where it is not, the two go one after the other. `BEGIN`
+//!   first is safe for the same reason: it needs no `Parse`, so nothing
+//!   can overtake it.
 //!
 //! SQLite has no round trips to save: the same calls run the statements one
 //! after another there, through the write gate as always.
 
-use super::deliveries::{self, NewClaim};
-use super::{DbConn, PgConn, Prepared, Store, StoreError, Transaction};
+use super::deliveries::{self, NewClaim, StoredResponse};
+use super::{DbConn, Inner, PgConn, Prepared, Store, StoreError, Transaction, statement_ledger};
+use chrono::NaiveDateTime;
 use diesel::connection::TransactionDepthChange;
 use diesel_async::{
     AnsiTransactionManager, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
 };
+use std::task::Poll;
 
 impl Store {
     /// Opens a transaction on `conn` and inserts `claim` in it (`INSERT ...
@@ -104,6 +111,130 @@ async fn begin_and_insert(c: &mut PgConn, claim: &NewClaim<'_>) -> Result<bool, 
                 || StoreError::Unavailable("the claim's flight failed".into()),
                 StoreError::from,
             ))
+        }
+    }
+}
+
+impl Transaction {
+    /// Completes the claim that this transaction inserted or took over
+    /// (fenced by `lease_owner`, as [`DbConn::complete_delivery`]) and
+    /// commits, on PostgreSQL in one flight; `committed` runs once both
+    /// succeeded, before the connection goes back (as in
+    /// [`Transaction::commit_then`]). `Err(self)` where the two cannot
+    /// travel together — SQLite, or a connection that has not yet prepared
+    /// this completion (see the module's doc) — for the caller to complete
+    /// and commit one after the other.
+    ///
+    /// Only for a claim written by this very transaction: its row is then
+    /// locked by it and carries `lease_owner`, so the completion cannot miss
+    /// it. `COMMIT` goes out before the completion's row count is known, so
+    /// a completion that missed would commit the effects without it.
+    pub async fn complete_claim_in_flight(
+        mut self,
+        endpoint: &str,
+        delivery_id: &str,
+        lease_owner: &str,
+        response: &StoredResponse,
+        now: NaiveDateTime,
+        committed: impl FnOnce(),
+    ) -> Result<Result<(), StoreError>, Transaction> {
+        let Inner::Alone {
+            conn: DbConn::Pg(pg),
+            ..
+        } = &mut self.0
+        else {
+            return Err(self);
+        };
+        let completion =
+            deliveries::completion_update(endpoint, delivery_id, lease_owner, response, now);
+        let prepared =
+            sql_of(&completion).is_some_and(|sql| statement_ledger::has_prepared(pg, &sql));
+        if !prepared {
+            return Err(self);
+        }
+        let done = complete_and_commit(pg, completion).await;
+        if done.is_ok() {
+            committed();
+        }
+        Ok(done)
+    }
+}
+
+/// `query`'s SQL text, as diesel-async builds it for its statement cache.
+fn sql_of(query: &impl diesel::query_builder::QueryFragment<diesel::pg::Pg>) -> Option<String> {
+    use diesel::query_builder::QueryBuilder;
+    let mut builder = diesel::pg::PgQueryBuilder::default();
+    query.to_sql(&mut builder, &diesel::pg::Pg).ok()?;
+    Some(builder.finish())
+}
+
+/// The completion and `COMMIT` in one flight, the completion prepared.
+async fn complete_and_commit<Q>(c: &mut PgConn, completion: Q) -> Result<(), StoreError>
+where
+    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + Send,
+{
+    let (completed, commit) = fly_completion_then_commit(c, completion).await;
+    match (completed, commit) {
+        (Ok(1), Some(Ok(()))) => {
+            change_depth(c, TransactionDepthChange::DecreaseDepth)?;
+            Ok(())
+        }
+        (Ok(1), None) => Ok(AnsiTransactionManager::commit_transaction(c).await?),
+        (Ok(_), Some(Ok(()))) => {
+            // The caller's contract says this cannot happen; if it did, the
+            // effects are committed and the claim is not completed.
+            change_depth(c, TransactionDepthChange::DecreaseDepth)?;
+            tracing::error!("a claim made in this transaction was not there to complete");
+            Err(StoreError::Unavailable(
+                "the claim was not there to complete".into(),
+            ))
+        }
+        (completed, commit) => {
+            // Ends the transaction if the COMMIT did not (PostgreSQL warns,
+            // and no more, when there is none); if even that fails, the
+            // manager marks the connection broken and the pool drops it.
+            let _ = AnsiTransactionManager::rollback_transaction(c).await;
+            Err(match (completed, commit) {
+                (Err(e), _) | (_, Some(Err(e))) => StoreError::from(e),
+                _ => StoreError::Unavailable("the claim was not there to complete".into()),
+            })
+        }
+    }
+}
+
+/// The flight itself: the completion's row count, and the `COMMIT`'s
+/// outcome if it was sent.
+async fn fly_completion_then_commit<Q>(
+    c: &PgConn,
+    completion: Q,
+) -> (diesel::QueryResult<usize>, Option<diesel::QueryResult<()>>)
+where
+    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + Send,
+{
+    let complete = async {
+        let mut conn = c;
+        Prepared(completion).execute(&mut conn).await
+    };
+    // A prepared statement queues its execution on its first poll, unless a
+    // tokio primitive on the way (the statement cache's lock) defers it
+    // because the task has spent its cooperative budget: unconstrained, the
+    // first poll queues it, since nothing else holds this connection.
+    let mut complete = std::pin::pin!(tokio::task::coop::unconstrained(complete));
+    let first = futures_util::poll!(complete.as_mut());
+    match first {
+        // Failed (or, impossibly, done) before anything was sent: no COMMIT
+        // has gone out.
+        Poll::Ready(completed) => (completed, None),
+        // Queued: `COMMIT` goes behind it. Should the completion fail, the
+        // transaction is aborted and PostgreSQL answers the `COMMIT` with a
+        // rollback.
+        Poll::Pending => {
+            let commit = async {
+                let mut conn = c;
+                conn.batch_execute("COMMIT").await
+            };
+            let (completed, commit) = futures_util::future::join(complete, commit).await;
+            (completed, Some(commit))
         }
     }
 }

@@ -1,5 +1,6 @@
 use super::group_commit::{GroupCommitMetrics, GroupCommitOptions, WriteGate};
 use super::lanes::{self, Lanes};
+use super::statement_ledger;
 use super::{
     DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
@@ -180,6 +181,7 @@ impl Store {
                         let url = url.to_owned();
                         async move {
                             let mut conn = PgConn::establish(&url).await?;
+                            statement_ledger::install(&mut conn);
                             conn.batch_execute(&setup)
                                 .await
                                 .map_err(ConnectionError::CouldntSetupConfiguration)?;

@@ -48,6 +48,24 @@ fn claim<'a>(id: &'a str, owner: &'a str, now: chrono::NaiveDateTime) -> NewClai
     }
 }
 
+/// A store on `app`'s database with a pool of one: every checkout gets the
+/// same connection, or a new one where that was dropped.
+fn one_connection_store(app: &TestApp) -> Store {
+    let url = DatabaseUrl::parse(&app.database_url).expect("the app's URL");
+    let options = StoreOptions {
+        pool_size: 1,
+        ..StoreOptions::default()
+    };
+    Store::connect(&url, &options).expect("a one-connection store")
+}
+
+/// Whether the next checkout is outside a transaction: `SAVEPOINT` is
+/// refused there.
+async fn checked_out_outside_a_transaction(store: &Store) -> bool {
+    let mut conn = store.conn().await.expect("a connection");
+    with_conn!(&mut conn, |c| c.batch_execute("SAVEPOINT probe").await).is_err()
+}
+
 fn answer() -> StoredResponse {
     StoredResponse {
         status: 200,
@@ -152,15 +170,7 @@ async fn a_claim_flight_dropped_midway_never_lends_out_a_connection_inside_a_tra
     else {
         return;
     };
-    let url = DatabaseUrl::parse(&app.database_url).expect("the app's URL");
-    let store = Store::connect(
-        &url,
-        &StoreOptions {
-            pool_size: 1,
-            ..StoreOptions::default()
-        },
-    )
-    .expect("a one-connection store");
+    let store = one_connection_store(&app);
     let now = store.clock().naive_now();
     let mut mid_flight = 0;
     for round in 0..20 {
@@ -176,14 +186,10 @@ async fn a_claim_flight_dropped_midway_never_lends_out_a_connection_inside_a_tra
             mid_flight += 1;
         }
 
-        let mut conn = store.conn().await.expect("a connection");
-        // SAVEPOINT is refused outside a transaction block.
-        let savepoint = with_conn!(&mut conn, |c| c.batch_execute("SAVEPOINT probe").await);
         assert!(
-            savepoint.is_err(),
+            checked_out_outside_a_transaction(&store).await,
             "round {round}: the pool lent out a connection inside the abandoned transaction"
         );
-        drop(conn);
         assert_eq!(
             status_of(&store, &id).await,
             None,
@@ -280,4 +286,155 @@ async fn a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it_sqlite(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it_postgres() {
     a_statement_failing_in_the_handlers_flight_rolls_back_all_of_it(Backend::Postgres).await;
+}
+
+/// The transaction id that last wrote `table`'s row for `id`: the claim's
+/// own when the completion ran inside the claim's transaction.
+async fn writer_xid(store: &Store, table: &str, id: &str) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct Xid {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        xid: i64,
+    }
+    let mut conn = store.conn().await.expect("a connection");
+    let DbConn::Pg(pg) = &mut conn else {
+        panic!("PostgreSQL only")
+    };
+    let c: &mut idempotent_receiver::store::PgConn = pg;
+    diesel::sql_query(format!(
+        "SELECT xmin::text::bigint AS xid FROM {table} WHERE delivery_id = $1"
+    ))
+    .bind::<diesel::sql_types::Text, _>(id)
+    .get_result::<Xid>(c)
+    .await
+    .expect("the row's xmin")
+    .xid
+}
+
+/// One claim with an effect, completed through
+/// `Transaction::complete_claim_in_flight`, or one step after the other
+/// where that declines: whether it flew.
+async fn claim_effect_complete(store: &Store, id: &str) -> Result<bool, String> {
+    let now = store.clock().naive_now();
+    let conn = store.conn().await.expect("a connection");
+    let (mut tx, inserted) = store
+        .begin_claim(conn, &claim(id, "owner", now))
+        .await
+        .expect("the claim");
+    assert!(inserted);
+    with_conn!(tx.conn(), |c| {
+        diesel::sql_query(format!(
+            "INSERT INTO ledger_entries (endpoint, delivery_id, kind, payment_id, amount, currency, created_at) \
+             VALUES ('pipeline', '{id}', 'charge', 'pay', 1, 'EUR', CURRENT_TIMESTAMP)"
+        ))
+        .execute(c)
+        .await
+    })
+    .expect("the effect");
+    let remembered = std::cell::Cell::new(false);
+    let flown = tx
+        .complete_claim_in_flight("pipeline", id, "owner", &answer(), now, || {
+            remembered.set(true)
+        })
+        .await;
+    match flown {
+        Ok(done) => {
+            assert_eq!(
+                done.is_ok(),
+                remembered.get(),
+                "`committed` runs on success only"
+            );
+            done.map(|()| true).map_err(|e| e.to_string())
+        }
+        Err(mut tx) => {
+            assert!(!remembered.get());
+            let completed = tx
+                .conn()
+                .complete_delivery("pipeline", id, "owner", &answer(), now)
+                .await
+                .map_err(|e| e.to_string())?;
+            assert!(completed);
+            tx.commit().await.map_err(|e| e.to_string())?;
+            Ok(false)
+        }
+    }
+}
+
+both_backends! {
+    /// The completion travels with `COMMIT` only on a connection that has
+    /// prepared it: on a new connection its `Parse` would let `COMMIT`
+    /// overtake it. On PostgreSQL each completed row was last written by
+    /// the transaction that wrote the effect; a completion overtaken by
+    /// `COMMIT` runs in a transaction of its own and fails that.
+    async fn the_completion_travels_with_commit_once_its_connection_has_prepared_it(app) {
+        // One connection: every round runs on the same one.
+        let store = one_connection_store(app);
+        let postgres = app.database_url.starts_with("postgres");
+        for round in 0..4 {
+            let id = format!("pipe-commit-{round}-{}", uuid::Uuid::new_v4().simple());
+            let flew = claim_effect_complete(&store, &id).await.expect("completed and committed");
+            // PostgreSQL: the first completion prepares the statement, the
+            // next ones fly. SQLite has no round trips to save.
+            assert_eq!(flew, postgres && round > 0, "round {round}");
+            assert_eq!(status_of(&store, &id).await.as_deref(), Some("completed"));
+            assert_eq!(ledger_rows(&store, &id).await, 1);
+            if postgres {
+                assert_eq!(
+                    writer_xid(&store, "deliveries", &id).await,
+                    writer_xid(&store, "ledger_entries", &id).await,
+                    "round {round}: the completion ran in the claim's transaction"
+                );
+            }
+        }
+    }
+}
+
+/// A completion that fails in the flight: PostgreSQL answers the `COMMIT`
+/// behind it with a rollback, so neither the claim nor the effect is kept,
+/// the error is the completion's, and the connection goes back clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_failing_in_flight_with_commit_keeps_nothing() {
+    let Some(app) = TestApp::spawn_if_available(Backend::Postgres).await else {
+        return;
+    };
+    let store = one_connection_store(&app);
+    let mut conn = store.conn().await.expect("a connection");
+    with_conn!(&mut conn, |c| {
+        c.batch_execute(
+            "CREATE FUNCTION refuse_completion() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'completion refused by the test'; END $$; \
+             CREATE TRIGGER refuse_completion BEFORE UPDATE ON deliveries FOR EACH ROW \
+             WHEN (NEW.delivery_id LIKE 'pipe-refused-%') EXECUTE FUNCTION refuse_completion();",
+        )
+        .await
+    })
+    .expect("the trigger");
+    drop(conn);
+    // Prepares the completion on the one connection.
+    let warm = format!("pipe-warm-{}", uuid::Uuid::new_v4().simple());
+    assert!(
+        !claim_effect_complete(&store, &warm)
+            .await
+            .expect("completed")
+    );
+
+    let id = format!("pipe-refused-{}", uuid::Uuid::new_v4().simple());
+    let error = claim_effect_complete(&store, &id)
+        .await
+        .expect_err("the completion was refused");
+    assert!(error.contains("completion refused by the test"), "{error}");
+    assert_eq!(status_of(&store, &id).await, None, "the claim was not kept");
+    assert_eq!(ledger_rows(&store, &id).await, 0, "nor the effect");
+
+    assert!(
+        checked_out_outside_a_transaction(&store).await,
+        "the connection came back inside a transaction"
+    );
+    // And it still flies.
+    let after = format!("pipe-after-{}", uuid::Uuid::new_v4().simple());
+    assert!(
+        claim_effect_complete(&store, &after)
+            .await
+            .expect("completed")
+    );
 }

@@ -8,9 +8,10 @@
 //! waking it through its eventfd (3.8 `write(2)`s per fresh delivery with
 //! one pool, 1.1 with lanes; +7 % to +30 % fresh deliveries side by side,
 //! the README's tenth run). So each worker takes its connections from its
-//! own lane, where every connection was opened by that worker. The lanes split `pool_size` between them, so the
-//! process still opens at most `pool_size` connections: the shared lane
-//! what the background work holds at once, the workers the rest.
+//! own lane, where every connection was opened by that worker. The lanes
+//! split `pool_size` between them, so the process still opens at most
+//! `pool_size` connections: the shared lane what the background work holds
+//! at once, the workers the rest.
 //!
 //! A worker whose lane is in use to the last connection does not wait while
 //! another lane has an idle one: it borrows that one (its statements hop,
@@ -203,7 +204,8 @@ mod tests {
     fn the_shared_lane_gets_its_share_and_the_workers_the_rest() {
         // The default pool, two workers, the background's two connections.
         assert_eq!(lane_sizes(16, 2, 2), vec![2, 7, 7]);
-        // With four queue workers and a publisher besides.
+        // A larger shared lane: the workers split what is left, the
+        // remainder to the first.
         assert_eq!(lane_sizes(16, 2, 7), vec![7, 5, 4]);
         assert_eq!(lane_sizes(64, 8, 2), vec![2, 8, 8, 8, 8, 8, 8, 7, 7]);
         assert_eq!(

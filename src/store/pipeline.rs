@@ -185,9 +185,7 @@ where
             // effects are committed and the claim is not completed.
             change_depth(c, TransactionDepthChange::DecreaseDepth)?;
             tracing::error!("a claim made in this transaction was not there to complete");
-            Err(StoreError::Unavailable(
-                "the claim was not there to complete".into(),
-            ))
+            Err(claim_missing())
         }
         (completed, commit) => {
             // Ends the transaction if the COMMIT did not (PostgreSQL warns,
@@ -196,10 +194,16 @@ where
             let _ = AnsiTransactionManager::rollback_transaction(c).await;
             Err(match (completed, commit) {
                 (Err(e), _) | (_, Some(Err(e))) => StoreError::from(e),
-                _ => StoreError::Unavailable("the claim was not there to complete".into()),
+                _ => claim_missing(),
             })
         }
     }
+}
+
+/// A completion whose claim row was not there, against the caller's
+/// contract.
+fn claim_missing() -> StoreError {
+    StoreError::Unavailable("the claim was not there to complete".into())
 }
 
 /// The flight itself: the completion's row count, and the `COMMIT`'s

@@ -22,6 +22,7 @@ pub mod schema;
 mod sqlite_runtime;
 mod statement_ledger;
 pub mod traffic;
+mod writer_thread;
 
 use crate::clock::SharedClock;
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
@@ -46,6 +47,7 @@ pub use prepared::Prepared;
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
 use sqlite_runtime::InlineStatements;
 pub use sqlite_runtime::{SqliteRuntime, inline_scope};
+pub use writer_thread::TaskLost;
 
 /// The embedded backend's connection: diesel's synchronous SQLite connection,
 /// each call run on tokio's blocking pool, or inline by the write gate's
@@ -113,6 +115,8 @@ struct Shared {
     /// SQLite's writers queue here (see [`group_commit::WriteGate`]); none
     /// on PostgreSQL.
     write_gate: Option<Arc<group_commit::WriteGate>>,
+    /// Where SQLite's deliveries run; see [`writer_thread`].
+    writer: Option<writer_thread::WriterThread>,
     clock: SharedClock,
 }
 
@@ -219,6 +223,23 @@ impl Store {
         }
         with_conn!(&mut conn, |c| begin(c).await)?;
         Ok(Transaction::on(conn))
+    }
+
+    /// Runs the future `make` builds, a delivery's claim and transaction,
+    /// as a task of its own that runs to its end even if the caller goes
+    /// away: on SQLite on the store's writer thread (see [`writer_thread`]),
+    /// on PostgreSQL on the calling thread, which must be inside a
+    /// `LocalSet` (every actix-web worker is).
+    pub async fn run_delivery<F, Fut, T>(&self, make: F) -> Result<T, TaskLost>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        match &self.shared.writer {
+            Some(writer) => writer.run(make).await,
+            None => tokio::task::spawn_local(make()).await.map_err(|_| TaskLost),
+        }
     }
 
     /// How many writers wait for SQLite's write gate at this instant (0 on

@@ -212,6 +212,7 @@ impl Store {
                 url: url.clone(),
                 replays: ReplayCache::new(&options.replay_cache, options.clock.clone()),
                 clock: options.clock.clone(),
+                writer: write_gate.as_ref().map(|_| Default::default()),
                 write_gate,
             }),
         })

@@ -468,21 +468,25 @@ async fn process_one(
         return Some((claim.key, Ok(outcome)));
     }
     let key = claim.key.clone();
-    let operation: Box<dyn Operation> = match &endpoint.queue {
-        Some(settings) => Box::new(Enqueue::new(event, settings.clone())),
-        None => Box::new(RunHandlers::new(
-            endpoint.clone(),
-            event,
-            engine.store().clock().clone(),
-        )),
-    };
+    let store = engine.store().clone();
+    let queue = endpoint.queue.clone();
+    let handlers = endpoint.clone();
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to
     // clean. The task carries the request's spans, so that the engine's
-    // lines name the request and the delivery.
-    let task = actix_web::rt::spawn(
-        async move { engine.process(&claim, operation.as_ref()).await }.instrument(span),
-    );
+    // lines name the request and the delivery. The operation is built
+    // where it runs: it is not `Send`.
+    let task = store.run_delivery(move || {
+        let operation: Box<dyn Operation> = match queue {
+            Some(settings) => Box::new(Enqueue::new(event, settings)),
+            None => Box::new(RunHandlers::new(
+                handlers,
+                event,
+                engine.store().clock().clone(),
+            )),
+        };
+        async move { engine.process(&claim, operation.as_ref()).await }.instrument(span)
+    });
     match task.await {
         Ok(result) => {
             if matches!(result, Ok(Outcome::Fresh(_))) {

@@ -7,6 +7,7 @@
 
 use crate::helpers::{Backend, TestApp, now, payment};
 use crate::observability::scrape;
+use crate::on_both_backends;
 use crate::test_schema;
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
@@ -373,24 +374,6 @@ async fn without_group_commit_each_writer_commits_on_its_own() {
     let _ = go_b.send(());
     assert_eq!(b.await.unwrap(), Ok(()));
     assert_eq!(committed(&store).await, ["a", "b"]);
-}
-
-/// `$name::sqlite` and `$name::postgres`, each running `$body(backend)`:
-/// these tests build their app themselves, to share state with a handler.
-macro_rules! on_both_backends {
-    ($name:ident, $body:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$body(crate::helpers::Backend::Sqlite).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$body(crate::helpers::Backend::Postgres).await;
-            }
-        }
-    };
 }
 
 /// What the `hold` handler and its test share.

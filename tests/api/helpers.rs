@@ -87,6 +87,25 @@ macro_rules! both_backends_with {
     };
 }
 
+/// `$name::sqlite` and `$name::postgres`, each running `$body(backend)`:
+/// these tests build their app themselves, to share state with a handler.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$body($crate::helpers::Backend::Sqlite).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$body($crate::helpers::Backend::Postgres).await;
+            }
+        }
+    };
+}
+
 /// Says once per test binary, past libtest's output capture, that the
 /// PostgreSQL half was skipped.
 fn say_skipped(reason: &str) {

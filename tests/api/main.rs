@@ -61,3 +61,4 @@ mod smuggling;
 mod sqlite_lock_wait;
 mod storm_pool;
 mod traces;
+mod writer_thread;

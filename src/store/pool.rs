@@ -1,6 +1,7 @@
 use super::group_commit::{GroupCommitMetrics, GroupCommitOptions, WriteGate};
 use super::lanes::{self, Lanes};
 use super::statement_ledger;
+use super::writer_thread::WriterThread;
 use super::{
     DbConn, PgConn, Pools, ReplayCache, ReplayCacheOptions, Shared, SqliteConn, Store, StoreError,
 };
@@ -212,7 +213,11 @@ impl Store {
                 url: url.clone(),
                 replays: ReplayCache::new(&options.replay_cache, options.clock.clone()),
                 clock: options.clock.clone(),
-                writer: write_gate.as_ref().map(|_| Default::default()),
+                // The same cap on blocking threads as the HTTP workers'
+                // (`startup`): one per pooled connection, and a few more.
+                writer: write_gate
+                    .as_ref()
+                    .map(|_| WriterThread::new(options.pool_size + 4)),
                 write_gate,
             }),
         })

@@ -29,9 +29,14 @@ use tokio::sync::{mpsc, oneshot};
 type Job = Box<dyn FnOnce() -> LocalBoxFuture<'static, ()> + Send>;
 
 /// The thread, started on first use.
-#[derive(Default)]
 pub(super) struct WriterThread {
     jobs: OnceLock<Option<mpsc::UnboundedSender<Job>>>,
+    /// The most threads its runtime starts for statements that leave the
+    /// write gate (a `COMMIT`, a read): each holds a pooled connection, so
+    /// the pool's size and a few more, as the HTTP workers have. Tokio's
+    /// default (512) would let a burst start hundreds, each with its own
+    /// malloc arena.
+    max_blocking: usize,
 }
 
 /// A delivery's task ended without an answer: it panicked, or its thread
@@ -41,6 +46,13 @@ pub(super) struct WriterThread {
 pub struct TaskLost;
 
 impl WriterThread {
+    pub(super) fn new(max_blocking: usize) -> WriterThread {
+        WriterThread {
+            jobs: OnceLock::new(),
+            max_blocking: max_blocking.max(1),
+        }
+    }
+
     /// Runs the future that `make` builds on the writer thread and returns
     /// its output; it runs to its end even if this future is dropped. Should
     /// the thread not start, the future runs here instead.
@@ -50,7 +62,7 @@ impl WriterThread {
         Fut: Future<Output = T> + 'static,
         T: Send + 'static,
     {
-        let Some(jobs) = self.jobs.get_or_init(start) else {
+        let Some(jobs) = self.jobs.get_or_init(|| start(self.max_blocking)) else {
             return Ok(make().await);
         };
         let (answer, answered) = oneshot::channel();
@@ -66,9 +78,10 @@ impl WriterThread {
 
 /// Starts the thread: a single-threaded runtime whose tasks are the jobs.
 /// `None` if the OS refuses a thread or the runtime cannot be built.
-fn start() -> Option<mpsc::UnboundedSender<Job>> {
+fn start(max_blocking: usize) -> Option<mpsc::UnboundedSender<Job>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .max_blocking_threads(max_blocking)
         .thread_name("sqlite-writer-blocking")
         .build()
         .map_err(|error| tracing::error!(%error, "the SQLite writer thread's runtime failed"))
@@ -99,7 +112,7 @@ mod tests {
 
     #[tokio::test]
     async fn jobs_run_on_one_thread_and_a_panic_loses_only_its_own() {
-        let writer = WriterThread::default();
+        let writer = WriterThread::new(2);
         let first = writer.run(|| async { thread_name() }).await.unwrap();
         assert_eq!(first, "sqlite-writer");
         let panicked = writer
@@ -116,7 +129,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_job_runs_to_its_end_when_its_caller_goes_away() {
-        let writer = WriterThread::default();
+        let writer = WriterThread::new(2);
         let (go, went) = oneshot::channel::<()>();
         let (done, finished) = oneshot::channel::<&str>();
         let caller = writer.run(move || async move {
@@ -127,5 +140,45 @@ mod tests {
         assert!(futures_util::poll!(Box::pin(caller)).is_pending());
         let _ = go.send(());
         assert_eq!(finished.await, Ok("finished"));
+    }
+
+    /// Statements that leave the write gate run on the runtime's blocking
+    /// threads; no more of them start than the cap, however many jobs want
+    /// one at once.
+    #[tokio::test]
+    async fn its_blocking_threads_are_capped() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let writer = WriterThread::new(2);
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        let jobs = (0..8).map(|_| {
+            let (running, most, released) = (running.clone(), most.clone(), released.clone());
+            writer.run(move || async move {
+                tokio::task::spawn_blocking(move || {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    let _ = released.lock().map(|r| r.recv());
+                    running.fetch_sub(1, Ordering::SeqCst);
+                })
+                .await
+            })
+        });
+        let all = futures_util::future::join_all(jobs);
+        let releasing = async {
+            // Both capped threads taken before anything is let go: a cap
+            // that did not hold would have started all eight by then.
+            while running.load(Ordering::SeqCst) < 2 {
+                tokio::task::yield_now().await;
+            }
+            for _ in 0..8 {
+                let _ = release.send(());
+            }
+        };
+        let (finished, ()) = tokio::join!(all, releasing);
+        assert!(finished.iter().all(|f| matches!(f, Ok(Ok(())))));
+        assert_eq!(most.load(Ordering::SeqCst), 2);
     }
 }

@@ -17,9 +17,8 @@
 //! nothing else queued between them. A job is a `Send` closure that builds
 //! its future here, since a delivery's future (its operation, its
 //! connection) is not `Send`. The thread starts with the first job and ends
-//! when the store's last handle is dropped; jobs still running then are
-//! dropped, which rolls their transactions back, as a cancelled request's
-//! would.
+//! when the store's last handle is dropped. A running job holds a handle
+//! (its engine's), so no job is cut short by the thread's end.
 
 use futures_util::future::LocalBoxFuture;
 use std::future::Future;

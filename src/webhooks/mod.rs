@@ -469,18 +469,17 @@ async fn process_one(
     }
     let key = claim.key.clone();
     let store = engine.store().clone();
-    let queue = endpoint.queue.clone();
-    let handlers = endpoint.clone();
+    let task_endpoint = endpoint.clone();
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to
     // clean. The task carries the request's spans, so that the engine's
     // lines name the request and the delivery. The operation is built
     // where it runs: it is not `Send`.
     let task = store.run_delivery(move || {
-        let operation: Box<dyn Operation> = match queue {
+        let operation: Box<dyn Operation> = match task_endpoint.queue.clone() {
             Some(settings) => Box::new(Enqueue::new(event, settings)),
             None => Box::new(RunHandlers::new(
-                handlers,
+                task_endpoint,
                 event,
                 engine.store().clock().clone(),
             )),

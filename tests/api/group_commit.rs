@@ -5,7 +5,7 @@
 //! backends, and on SQLite hold the first delivery inside the gate until the
 //! others queue behind it, so that they form one group.
 
-use crate::helpers::{Backend, TestApp, now, payment};
+use crate::helpers::{Backend, TestApp, now, payment, until};
 use crate::observability::scrape;
 use crate::on_both_backends;
 use crate::test_schema;
@@ -92,18 +92,6 @@ async fn committed(store: &Store) -> Vec<String> {
     .expect("the read")
 }
 
-/// Yields until `condition` holds. The bound only turns a hang into a
-/// failure; nothing is timed.
-async fn until(what: &str, condition: impl Fn() -> bool) {
-    let waited = tokio::time::timeout(Duration::from_secs(30), async {
-        while !condition() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "never happened: {what}");
-}
-
 /// A member that writes `id`, then holds its transaction until `go`, then
 /// commits or rolls back.
 fn member(
@@ -137,7 +125,7 @@ async fn writers_waiting_at_the_gate_share_one_commit_and_a_failing_one_rolls_ba
     write(&mut a, "a").await;
     let (go_b, b) = member(&store, "b", false);
     let (go_c, c) = member(&store, "c", true);
-    until("B and C wait at the gate", || {
+    until("B and C wait at the gate", async || {
         store.write_gate_waiters() == 2
     })
     .await;
@@ -145,7 +133,7 @@ async fn writers_waiting_at_the_gate_share_one_commit_and_a_failing_one_rolls_ba
     // A is done while B and C wait: it leaves the group to them and waits
     // for the group's COMMIT.
     let a = tokio::spawn(a.commit());
-    until("A let the gate go to B or C", || {
+    until("A let the gate go to B or C", async || {
         store.write_gate_waiters() == 1
     })
     .await;
@@ -223,7 +211,10 @@ async fn after_a_group_of_several_a_lone_writer_lingers_for_the_next() {
     let mut a = store.begin().await.unwrap();
     write(&mut a, "a").await;
     let (go_b, b) = member(&store, "b", true);
-    until("B waits at the gate", || store.write_gate_waiters() == 1).await;
+    until("B waits at the gate", async || {
+        store.write_gate_waiters() == 1
+    })
+    .await;
     let a = tokio::spawn(a.commit());
     let _ = go_b.send(());
     assert_eq!(b.await.unwrap(), Ok(()));
@@ -234,7 +225,10 @@ async fn after_a_group_of_several_a_lone_writer_lingers_for_the_next() {
     let mut c = store.begin().await.unwrap();
     write(&mut c, "c").await;
     let c = tokio::spawn(c.commit());
-    until("C lingers at the gate", || store.write_gate_lingering()).await;
+    until("C lingers at the gate", async || {
+        store.write_gate_lingering()
+    })
+    .await;
     let (began_d, d_began) = oneshot::channel::<()>();
     let (go_d, wait_d) = oneshot::channel::<()>();
     let d = tokio::spawn({
@@ -274,9 +268,12 @@ async fn a_member_dropped_mid_transaction_fails_its_whole_group_and_nothing_comm
             drop(tx);
         }
     });
-    until("B waits at the gate", || store.write_gate_waiters() == 1).await;
+    until("B waits at the gate", async || {
+        store.write_gate_waiters() == 1
+    })
+    .await;
     let a = tokio::spawn(a.commit());
-    until("B holds the gate", || store.write_gate_waiters() == 0).await;
+    until("B holds the gate", async || store.write_gate_waiters() == 0).await;
     let _ = go_b.send(());
     dropped.await.unwrap();
 
@@ -367,7 +364,10 @@ async fn without_group_commit_each_writer_commits_on_its_own() {
     let mut a = store.begin().await.unwrap();
     write(&mut a, "a").await;
     let (go_b, b) = member(&store, "b", true);
-    until("B waits at the gate", || store.write_gate_waiters() == 1).await;
+    until("B waits at the gate", async || {
+        store.write_gate_waiters() == 1
+    })
+    .await;
     // B waits, and A's commit does not wait for it.
     a.commit().await.unwrap();
     assert_eq!(committed(&store).await, ["a"]);
@@ -403,7 +403,7 @@ impl Handler for Hold {
                 .get()
                 .filter(|s| s.backend() == StoreBackend::Sqlite)
             {
-                until("the other deliveries queue behind the first", || {
+                until("the other deliveries queue behind the first", async || {
                     store.write_gate_waiters() >= state.waiters
                 })
                 .await;
@@ -474,7 +474,7 @@ async fn deliveries_and_storm(backend: Backend) {
     let first = app.deliver("msg_g00", &first_body);
     let storm_body = payment("pay_gstorm", 5000);
     let others = async {
-        until("the first delivery holds the gate", || {
+        until("the first delivery holds the gate", async || {
             AtomicBool::load(&held.entered, Ordering::SeqCst)
         })
         .await;
@@ -545,7 +545,7 @@ async fn a_failure_inside_a_group(backend: Backend) {
     .to_string()
     .into_bytes();
     let others = async {
-        until("the failing delivery holds the gate", || {
+        until("the failing delivery holds the gate", async || {
             AtomicBool::load(&held.entered, Ordering::SeqCst)
         })
         .await;

@@ -542,6 +542,18 @@ fn with_authority(url: &str, address: &str) -> String {
     format!("{scheme}://{user}{address}{path}")
 }
 
+/// Yields until `condition` holds. The bound only turns a hang into a
+/// failure; nothing is timed.
+pub async fn until(what: &str, condition: impl AsyncFn() -> bool) {
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while !condition().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never happened: {what}");
+}
+
 pub fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }

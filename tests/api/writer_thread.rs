@@ -3,7 +3,7 @@
 //! on PostgreSQL on the HTTP worker that read it. Either way it runs to its
 //! end when the sender hangs up, and a repeat then gets its stored answer.
 
-use crate::helpers::{Backend, TestApp, payment};
+use crate::helpers::{Backend, TestApp, payment, until};
 use crate::on_both_backends;
 use futures_util::future::join_all;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError};
@@ -11,19 +11,6 @@ use idempotent_receiver::store::{COMPLETED, DbConn};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
-
-/// Yields until `condition` holds. The bound only turns a hang into a
-/// failure; nothing is timed.
-async fn until(what: &str, condition: impl AsyncFn() -> bool) {
-    let waited = tokio::time::timeout(Duration::from_secs(30), async {
-        while !condition().await {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "never happened: {what}");
-}
 
 /// Notes the name of the thread each delivery's handlers run on.
 #[derive(Default)]

@@ -39,9 +39,16 @@ Environment:
   OTEL_SERVICE_NAME            the traces' service.name (default: idempotent-receiver)
   RUST_LOG         the log level (default: info)";
 
+/// `--version`: the release and the allocator the binary was built with, so
+/// that a report or a benchmark says which build it ran.
+#[cfg(feature = "jemalloc")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (allocator: jemalloc)");
+#[cfg(not(feature = "jemalloc"))]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (allocator: system)");
+
 /// Verifies signed webhooks and processes every delivery exactly once.
 #[derive(Parser)]
-#[command(name = "idempotent-receiver", version, after_help = ENVIRONMENT)]
+#[command(name = "idempotent-receiver", version = VERSION, after_help = ENVIRONMENT)]
 struct Cli {
     /// The TOML configuration file (default: built-in defaults and the `demo` endpoint).
     #[arg(long, global = true, env = "IR_CONFIG", value_name = "FILE")]

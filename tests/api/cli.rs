@@ -723,3 +723,36 @@ fn the_readme_provider_table_is_what_the_providers_command_prints() {
         );
     }
 }
+
+/// `--version` names the allocator the binary was built with, and it is
+/// the one that runs: jemalloc, asked through its own environment variable
+/// to print its statistics at exit, answers only in a `--features jemalloc`
+/// build.
+#[test]
+fn version_names_the_allocator_that_runs() {
+    let output = Command::new(BIN)
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let allocator = if cfg!(feature = "jemalloc") {
+        "jemalloc"
+    } else {
+        "system"
+    };
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "idempotent-receiver {} (allocator: {allocator})",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    assert_eq!(
+        stderr.contains("Begin jemalloc statistics"),
+        cfg!(feature = "jemalloc"),
+        "{stderr}"
+    );
+}

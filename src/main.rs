@@ -3,9 +3,10 @@
 
 mod cli;
 
-// Opt-in: measured at 8-29 % more throughput, but 8-12 MiB more peak RSS
-// than glibc's allocator on SQLite, which the default build keeps under
-// #15's 64 MiB (README: "jemalloc, for PostgreSQL deployments").
+// Opt-in: 16 % less CPU per PostgreSQL delivery (+9 % `fresh` in the full
+// bench, the other scenarios within its noise), but on SQLite a peak RSS of
+// 68-74 MiB, past the 64 MiB that glibc's allocator stays under in the
+// bench (README: "jemalloc, for PostgreSQL deployments").
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

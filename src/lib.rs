@@ -62,6 +62,7 @@ pub mod engine;
 pub mod environment;
 pub mod handlers;
 pub mod health;
+pub mod json_pointer;
 pub mod log_text;
 pub mod maintenance;
 pub mod payload;

@@ -1,6 +1,6 @@
 use super::{Event, Handler, HandlerError};
 use crate::store::schema::events;
-use crate::store::{DbConn, Flight, Prepared};
+use crate::store::{BoundTimestamp, DbConn, FixedText, Flight};
 use crate::with_conn;
 use diesel::ExpressionMethods;
 use diesel::pg::Pg;
@@ -25,7 +25,7 @@ impl Handler for Record {
     ) -> Result<Option<Value>, HandlerError> {
         // The body was verified and parsed as JSON, so it is UTF-8.
         let payload = String::from_utf8_lossy(&event.raw);
-        with_conn!(conn, |c| Prepared(upsert(event, &payload)).execute(c).await)?;
+        with_conn!(conn, |c| upsert(event, &payload).execute(c).await)?;
         Ok(Some(recorded()))
     }
 
@@ -37,7 +37,7 @@ impl Handler for Record {
         Some(
             async move {
                 let payload = String::from_utf8_lossy(&event.raw);
-                flight.execute(Prepared(upsert(event, &payload))).await?;
+                flight.execute(upsert(event, &payload)).await?;
                 Ok(Some(recorded()))
             }
             .boxed_local(),
@@ -49,6 +49,8 @@ fn recorded() -> Value {
     json!({ "recorded": true })
 }
 
+crate::fixed_statement!(EventUpsert);
+
 /// The event's row. A key runs again once its retention has passed (purged
 /// or not), and this table is never purged: the row of that earlier run is
 /// still here. The new run's payload replaces it — it is what was processed
@@ -56,15 +58,15 @@ fn recorded() -> Value {
 fn upsert<'a>(
     event: &'a Event,
     payload: &'a str,
-) -> impl QueryFragment<Pg> + QueryFragment<Sqlite> + Send + 'a {
+) -> FixedText<EventUpsert, impl QueryFragment<Pg> + QueryFragment<Sqlite> + Send + 'a> {
     let row = (
         events::endpoint.eq(&event.endpoint),
         events::delivery_id.eq(&event.delivery_id),
         events::event_type.eq(event.event_type.as_deref()),
         events::payload.eq(payload),
-        events::recorded_at.eq(event.received_at),
+        events::recorded_at.eq(BoundTimestamp(event.received_at)),
     );
-    diesel::insert_into(events::table)
+    let query = diesel::insert_into(events::table)
         .values(row)
         .on_conflict((events::endpoint, events::delivery_id))
         .do_update()
@@ -72,5 +74,6 @@ fn upsert<'a>(
             events::event_type.eq(excluded(events::event_type)),
             events::payload.eq(excluded(events::payload)),
             events::recorded_at.eq(excluded(events::recorded_at)),
-        ))
+        ));
+    FixedText::new(query)
 }

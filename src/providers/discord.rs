@@ -104,7 +104,7 @@ fn event_type(payload: &Value) -> Option<String> {
         .iter()
         .find(|(n, _)| *n == number)
         .map_or_else(|| number.to_string(), |(_, name)| (*name).to_owned());
-    match payload.pointer("/data/name").and_then(Value::as_str) {
+    match crate::json_pointer::get(payload, "/data/name").and_then(Value::as_str) {
         Some(name) => Some(format!("{kind}.{name}")),
         None => Some(kind),
     }

@@ -446,7 +446,7 @@ pub(crate) fn parse_timestamp_text(value: &str) -> Option<i64> {
 /// The string at JSON pointer `pointer` in the body, as a key. Absent or not
 /// a string/number: `MissingKey`.
 pub fn key_at(payload: &Value, pointer: &'static str) -> Result<String, Rejection> {
-    let key = match payload.pointer(pointer) {
+    let key = match crate::json_pointer::get(payload, pointer) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
         _ => return Err(Rejection::MissingKey(pointer)),
@@ -457,5 +457,7 @@ pub fn key_at(payload: &Value, pointer: &'static str) -> Result<String, Rejectio
 
 /// The string at `pointer`, if there is one.
 pub fn text_at(payload: &Value, pointer: &str) -> Option<String> {
-    payload.pointer(pointer)?.as_str().map(str::to_owned)
+    crate::json_pointer::get(payload, pointer)?
+        .as_str()
+        .map(str::to_owned)
 }

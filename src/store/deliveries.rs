@@ -1,7 +1,7 @@
 //! The queries on `deliveries`, each written once for both backends.
 
 use super::schema::deliveries::{self, dsl};
-use super::{DbConn, Prepared, StoreError};
+use super::{BoundTimestamp, DbConn, FixedText, StoreError};
 use crate::with_conn;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -11,8 +11,7 @@ pub const IN_PROGRESS: &str = "in_progress";
 pub const COMPLETED: &str = "completed";
 
 /// A first claim on a key: the row is inserted `in_progress` with a lease.
-#[derive(Insertable, Debug)]
-#[diesel(table_name = deliveries)]
+#[derive(Debug)]
 pub struct NewClaim<'a> {
     pub endpoint: &'a str,
     pub delivery_id: &'a str,
@@ -91,9 +90,9 @@ struct Completion<'a> {
     response_content_type: &'a str,
     response_body: &'a [u8],
     response_location: Option<&'a str>,
-    completed_at: NaiveDateTime,
+    completed_at: BoundTimestamp,
     lease_owner: Option<&'a str>,
-    lease_expires_at: Option<NaiveDateTime>,
+    lease_expires_at: Option<BoundTimestamp>,
 }
 
 impl<'a> Completion<'a> {
@@ -104,7 +103,7 @@ impl<'a> Completion<'a> {
             response_content_type: &response.content_type,
             response_body: &response.body[..],
             response_location: response.location.as_deref(),
-            completed_at: now,
+            completed_at: BoundTimestamp(now),
             lease_owner: None,
             lease_expires_at: None,
         }
@@ -122,17 +121,55 @@ pub struct Claimed {
     pub taken_over: bool,
 }
 
+crate::fixed_statement!(ClaimInsert);
+
 /// The atomic claim's statement, for [`DbConn::insert_claim`] and the
 /// pipelined `BEGIN` + claim of `store::pipeline`.
 pub(super) fn claim_insert<'a>(
     claim: &'a NewClaim<'a>,
 ) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
 + diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
++ diesel::query_builder::QueryId
 + Send
 + 'a {
-    diesel::insert_into(deliveries::table)
-        .values(claim)
-        .on_conflict_do_nothing()
+    FixedText::<ClaimInsert, _>::new(
+        diesel::insert_into(deliveries::table)
+            .values((dsl::endpoint.eq(claim.endpoint), claim_columns(claim)))
+            .on_conflict_do_nothing(),
+    )
+}
+
+/// What a claim writes besides its endpoint: every column bound, `None` as
+/// NULL (the columns' default) rather than written as `DEFAULT`, so that
+/// the insert's text is one per backend. The insert and the reclaim of an
+/// expired row write the same list.
+#[allow(clippy::type_complexity)]
+fn claim_columns<'a>(
+    claim: &'a NewClaim<'a>,
+) -> (
+    diesel::dsl::Eq<dsl::delivery_id, &'a str>,
+    diesel::dsl::Eq<dsl::request_hash, &'a str>,
+    diesel::dsl::Eq<dsl::status, &'a str>,
+    diesel::dsl::Eq<dsl::event_type, Option<&'a str>>,
+    diesel::dsl::Eq<dsl::attempts, i32>,
+    diesel::dsl::Eq<dsl::lease_owner, Option<&'a str>>,
+    diesel::dsl::Eq<dsl::lease_expires_at, Option<BoundTimestamp>>,
+    diesel::dsl::Eq<dsl::received_at, BoundTimestamp>,
+    diesel::dsl::Eq<dsl::body_key, Option<&'a str>>,
+    diesel::dsl::Eq<dsl::request_body, Option<&'a [u8]>>,
+) {
+    (
+        dsl::delivery_id.eq(claim.delivery_id),
+        dsl::request_hash.eq(claim.request_hash),
+        dsl::status.eq(claim.status),
+        dsl::event_type.eq(claim.event_type),
+        dsl::attempts.eq(claim.attempts),
+        dsl::lease_owner.eq(claim.lease_owner),
+        dsl::lease_expires_at.eq(claim.lease_expires_at.map(BoundTimestamp)),
+        dsl::received_at.eq(BoundTimestamp(claim.received_at)),
+        dsl::body_key.eq(claim.body_key),
+        dsl::request_body.eq(claim.request_body),
+    )
 }
 
 impl DbConn {
@@ -141,7 +178,7 @@ impl DbConn {
     /// The database decides; there is no read before it. No conflict target
     /// is named, so both unique indexes count.
     pub async fn insert_claim(&mut self, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
-        let inserted = with_conn!(self, |c| Prepared(claim_insert(claim)).execute(c).await)?;
+        let inserted = with_conn!(self, |c| claim_insert(claim).execute(c).await)?;
         Ok(inserted == 1)
     }
 
@@ -171,10 +208,12 @@ impl DbConn {
         // any lock: on SQLite it runs inline where the task allows it
         // (see `sqlite_runtime`), not through the blocking pool.
         let _inline = super::InlineStatements::on();
+        crate::fixed_statement!(FindDelivery);
         Ok(with_conn!(self, |c| {
-            deliveries::table
+            let query = deliveries::table
                 .find((endpoint, delivery_id))
-                .select(DeliveryRow::as_select())
+                .select(DeliveryRow::as_select());
+            FixedText::<FindDelivery, _>::new(query)
                 .get_result(c)
                 .await
                 .optional()
@@ -220,16 +259,7 @@ impl DbConn {
                 .filter(dsl::status.eq(COMPLETED))
                 .filter(dsl::received_at.eq(row.received_at))
                 .set((
-                    dsl::delivery_id.eq(claim.delivery_id),
-                    dsl::request_hash.eq(claim.request_hash),
-                    dsl::status.eq(claim.status),
-                    dsl::event_type.eq(claim.event_type),
-                    dsl::attempts.eq(claim.attempts),
-                    dsl::lease_owner.eq(claim.lease_owner),
-                    dsl::lease_expires_at.eq(claim.lease_expires_at),
-                    dsl::received_at.eq(claim.received_at),
-                    dsl::body_key.eq(claim.body_key),
-                    dsl::request_body.eq(claim.request_body),
+                    claim_columns(claim),
                     dsl::completed_at.eq(None::<NaiveDateTime>),
                     dsl::response_status.eq(None::<i32>),
                     dsl::response_content_type.eq(None::<String>),
@@ -256,19 +286,15 @@ impl DbConn {
         now: NaiveDateTime,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {
-            Prepared(completion_update(
-                endpoint,
-                delivery_id,
-                lease_owner,
-                response,
-                now,
-            ))
-            .execute(c)
-            .await
+            completion_update(endpoint, delivery_id, lease_owner, response, now)
+                .execute(c)
+                .await
         })?;
         Ok(updated == 1)
     }
 }
+
+crate::fixed_statement!(pub(super) CompletionUpdate);
 
 /// The fenced completion's statement, for [`DbConn::complete_delivery`] and
 /// the completion with `COMMIT` of `store::pipeline`.
@@ -278,14 +304,19 @@ pub(super) fn completion_update<'a>(
     lease_owner: &'a str,
     response: &'a StoredResponse,
     now: NaiveDateTime,
-) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
-+ diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
-+ Send
-+ 'a {
-    diesel::update(deliveries::table.find((endpoint, delivery_id)))
-        .filter(dsl::status.eq(IN_PROGRESS))
-        .filter(dsl::lease_owner.eq(lease_owner))
-        .set(Completion::of(response, now))
+) -> FixedText<
+    CompletionUpdate,
+    impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
+    + diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
+    + Send
+    + 'a,
+> {
+    FixedText::new(
+        diesel::update(deliveries::table.find((endpoint, delivery_id)))
+            .filter(dsl::status.eq(IN_PROGRESS))
+            .filter(dsl::lease_owner.eq(lease_owner))
+            .set(Completion::of(response, now)),
+    )
 }
 
 impl DbConn {

@@ -3,6 +3,7 @@
 //! and writes each query once inside [`with_conn!`], which pastes it into one
 //! arm per backend so that it is compiled for both.
 
+mod bound_timestamp;
 mod deliveries;
 mod effects;
 mod error;
@@ -31,6 +32,7 @@ use diesel_async::{AsyncConnection, TransactionManager};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use bound_timestamp::BoundTimestamp;
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use effects::{CreatedPayment, Effects, LedgerEntry, RecordedEvent, RelatedDelivery};
 pub use error::StoreError;
@@ -43,7 +45,7 @@ pub use listing::{
 };
 pub use pipeline::Flight;
 pub use pool::{DatabaseUrl, StoreOptions};
-pub use prepared::Prepared;
+pub use prepared::{FixedStatement, FixedText, Prepared, SqlText, TextSlot};
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
 use sqlite_runtime::InlineStatements;
 pub use sqlite_runtime::{SqliteRuntime, inline_scope};

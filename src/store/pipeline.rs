@@ -33,7 +33,7 @@
 //! after another there, through the write gate as always.
 
 use super::deliveries::{self, NewClaim, StoredResponse};
-use super::{DbConn, Inner, PgConn, Prepared, Store, StoreError, Transaction, statement_ledger};
+use super::{DbConn, Inner, PgConn, Store, StoreError, Transaction, statement_ledger};
 use chrono::NaiveDateTime;
 use diesel::connection::TransactionDepthChange;
 use diesel_async::{
@@ -94,9 +94,7 @@ async fn begin_and_insert(c: &mut PgConn, claim: &NewClaim<'_>) -> Result<bool, 
     };
     let insert = async {
         let mut conn = shared;
-        Prepared(deliveries::claim_insert(claim))
-            .execute(&mut conn)
-            .await
+        deliveries::claim_insert(claim).execute(&mut conn).await
     };
     // `join` polls `begin` first, so `BEGIN` is queued before the insert.
     let (begun, inserted) = futures_util::future::join(begin, insert).await;
@@ -147,8 +145,9 @@ impl Transaction {
         };
         let completion =
             deliveries::completion_update(endpoint, delivery_id, lease_owner, response, now);
-        let prepared =
-            sql_of(&completion).is_some_and(|sql| statement_ledger::has_prepared(pg, &sql));
+        let prepared = completion
+            .sql::<diesel::pg::Pg>()
+            .is_ok_and(|sql| statement_ledger::has_prepared(pg, sql));
         if !prepared {
             return Err(self);
         }
@@ -160,18 +159,10 @@ impl Transaction {
     }
 }
 
-/// `query`'s SQL text, as diesel-async builds it for its statement cache.
-fn sql_of(query: &impl diesel::query_builder::QueryFragment<diesel::pg::Pg>) -> Option<String> {
-    use diesel::query_builder::QueryBuilder;
-    let mut builder = diesel::pg::PgQueryBuilder::default();
-    query.to_sql(&mut builder, &diesel::pg::Pg).ok()?;
-    Some(builder.finish())
-}
-
 /// The completion and `COMMIT` in one flight, the completion prepared.
 async fn complete_and_commit<Q>(c: &mut PgConn, completion: Q) -> Result<(), StoreError>
 where
-    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + Send,
+    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + diesel::query_builder::QueryId + Send,
 {
     let (completed, commit) = fly_completion_then_commit(c, completion).await;
     match (completed, commit) {
@@ -213,11 +204,11 @@ async fn fly_completion_then_commit<Q>(
     completion: Q,
 ) -> (diesel::QueryResult<usize>, Option<diesel::QueryResult<()>>)
 where
-    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + Send,
+    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + diesel::query_builder::QueryId + Send,
 {
     let complete = async {
         let mut conn = c;
-        Prepared(completion).execute(&mut conn).await
+        completion.execute(&mut conn).await
     };
     // A prepared statement queues its execution on its first poll, unless a
     // tokio primitive on the way (the statement cache's lock) defers it

@@ -36,10 +36,8 @@ impl Enqueue {
 
     /// The object the event is about, as text.
     fn ordering_key(&self) -> Option<String> {
-        let value = self
-            .event
-            .payload
-            .pointer(self.settings.ordering_key.as_deref()?)?;
+        let value =
+            crate::json_pointer::get(&self.event.payload, self.settings.ordering_key.as_deref()?)?;
         match value {
             Value::String(s) if !s.is_empty() => Some(s.clone()),
             Value::Number(n) => Some(n.to_string()),
@@ -48,11 +46,10 @@ impl Enqueue {
     }
 
     fn event_time(&self) -> Option<NaiveDateTime> {
-        event_time(
-            self.event
-                .payload
-                .pointer(self.settings.event_time.as_deref()?)?,
-        )
+        event_time(crate::json_pointer::get(
+            &self.event.payload,
+            self.settings.event_time.as_deref()?,
+        )?)
     }
 }
 

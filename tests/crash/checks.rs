@@ -156,7 +156,15 @@ pub async fn check(
         }
         let answered = bodies.get(id).map(|set| set.len()).unwrap_or(0);
         if answered != 1 {
-            varied.push(format!("{id}: {answered} distinct 2xx bodies"));
+            // The bodies themselves (the receiver's own JSON), for the
+            // first few: which answer strayed is most of the diagnosis.
+            let shown: Vec<String> = bodies
+                .get(id)
+                .into_iter()
+                .flatten()
+                .map(|body| String::from_utf8_lossy(body).into_owned())
+                .collect();
+            varied.push(format!("{id}: {answered} distinct 2xx bodies {shown:?}"));
         }
         let stored = by_id.get(id).and_then(|row| row.response_body.as_ref());
         let differs = match (stored, bodies.get(id)) {

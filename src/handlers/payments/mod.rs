@@ -1,6 +1,6 @@
 use super::{Event, Handler, HandlerError};
 use crate::store::schema::ledger_entries;
-use crate::store::{DbConn, Flight};
+use crate::store::{BoundTimestamp, DbConn, FixedText, Flight};
 use crate::with_conn;
 use diesel::ExpressionMethods;
 use diesel_async::RunQueryDsl;
@@ -43,19 +43,20 @@ fn rejected(pointers: &[&str], what: &str) -> HandlerError {
 /// An identifier: a non-empty string, or a non-negative integer (Paystack's
 /// ids are JSON numbers) written out in decimal.
 fn id_at<'a>(payload: &'a Value, pointers: &[&str]) -> Option<Cow<'a, str>> {
-    pointers.iter().find_map(|p| match payload.pointer(p)? {
-        Value::String(s) if !s.is_empty() => Some(Cow::Borrowed(s.as_str())),
-        Value::Number(n) if n.is_u64() => Some(Cow::Owned(n.to_string())),
-        _ => None,
-    })
+    pointers
+        .iter()
+        .find_map(|p| match crate::json_pointer::get(payload, p)? {
+            Value::String(s) if !s.is_empty() => Some(Cow::Borrowed(s.as_str())),
+            Value::Number(n) if n.is_u64() => Some(Cow::Owned(n.to_string())),
+            _ => None,
+        })
 }
 
 /// Reads a movement. Amounts end up as integers in the currency's minor
 /// unit (see `amount`); anything else is refused rather than rounded. Errors
 /// name the pointer, never the value: the payload is request-derived.
 fn movement<'a>(shape: &Shape, payload: &'a Value) -> Result<Movement<'a>, HandlerError> {
-    let currency = payload
-        .pointer(shape.currency)
+    let currency = crate::json_pointer::get(payload, shape.currency)
         .and_then(Value::as_str)
         .filter(|c| c.len() == 3 && c.bytes().all(|b| b.is_ascii_alphabetic()))
         .ok_or_else(|| rejected(&[shape.currency], "a three-letter ISO 4217 code"))?
@@ -66,7 +67,11 @@ fn movement<'a>(shape: &Shape, payload: &'a Value) -> Result<Movement<'a>, Handl
     let (pointer, value) = shape
         .amount
         .iter()
-        .find_map(|p| payload.pointer(p).filter(|v| !v.is_null()).map(|v| (*p, v)))
+        .find_map(|p| {
+            crate::json_pointer::get(payload, p)
+                .filter(|v| !v.is_null())
+                .map(|v| (*p, v))
+        })
         .unwrap_or((
             shape.amount.first().copied().unwrap_or_default(),
             &Value::Null,
@@ -148,20 +153,23 @@ fn booked(event: &Event) -> Result<Booking<'_>, HandlerError> {
 /// function, so that each caller gets it typed for its own connection.
 macro_rules! ledger_insert {
     ($event:expr, $m:expr) => {
-        diesel::insert_into(ledger_entries::table)
-            .values((
-                ledger_entries::endpoint.eq(&$event.endpoint),
-                ledger_entries::delivery_id.eq(&$event.delivery_id),
-                ledger_entries::kind.eq($m.kind),
-                ledger_entries::payment_id.eq($m.payment_id.as_ref()),
-                ledger_entries::order_id.eq($m.order_id.as_deref()),
-                ledger_entries::amount.eq($m.amount),
-                ledger_entries::currency.eq(&$m.currency),
-                ledger_entries::created_at.eq($event.received_at),
-            ))
-            .returning(ledger_entries::id)
+        FixedText::<LedgerInsert, _>::new(
+            diesel::insert_into(ledger_entries::table)
+                .values((
+                    ledger_entries::endpoint.eq(&$event.endpoint),
+                    ledger_entries::delivery_id.eq(&$event.delivery_id),
+                    ledger_entries::kind.eq($m.kind),
+                    ledger_entries::payment_id.eq($m.payment_id.as_ref()),
+                    ledger_entries::order_id.eq($m.order_id.as_deref()),
+                    ledger_entries::amount.eq($m.amount),
+                    ledger_entries::currency.eq(&$m.currency),
+                    ledger_entries::created_at.eq(BoundTimestamp($event.received_at)),
+                ))
+                .returning(ledger_entries::id),
+        )
     };
 }
+crate::fixed_statement!(LedgerInsert);
 use ledger_insert;
 
 fn entry(id: i64, m: &Movement<'_>) -> Value {

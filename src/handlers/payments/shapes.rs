@@ -58,7 +58,8 @@ impl Shape {
             && match self.when {
                 When::Always => true,
                 When::Is(pointer, expected) => {
-                    payload.pointer(pointer).and_then(Value::as_str) == Some(expected)
+                    crate::json_pointer::get(payload, pointer).and_then(Value::as_str)
+                        == Some(expected)
                 }
             }
     }

@@ -18,8 +18,7 @@ pub fn answer(
     key: Option<&Secret>,
 ) -> Result<Option<HandshakeReply>, Rejection> {
     let text = |pointer: &'static str| {
-        payload
-            .pointer(pointer)
+        crate::json_pointer::get(payload, pointer)
             .and_then(Value::as_str)
             .ok_or(Rejection::MissingField(pointer))
     };

@@ -199,7 +199,7 @@ pub fn event_type(
 /// member (Braintree's `/subject/*/id`, whatever the subject is).
 pub fn resolve<'a>(payload: &'a Value, pointer: &str) -> Option<&'a Value> {
     if !pointer.contains("/*") {
-        return payload.pointer(pointer);
+        return crate::json_pointer::get(payload, pointer);
     }
     let mut current = payload;
     for segment in pointer.split('/').skip(1) {

@@ -286,13 +286,13 @@ impl Described {
                     .ok_or(Rejection::MissingHeader(name))?
                     .to_owned(),
             ),
-            Some(TimestampSource::Pointer(pointer)) => {
-                Some(match fields.and_then(|f| f.pointer(pointer)) {
+            Some(TimestampSource::Pointer(pointer)) => Some(
+                match fields.and_then(|f| crate::json_pointer::get(f, pointer)) {
                     Some(Value::String(s)) => s.clone(),
                     Some(Value::Number(n)) => n.to_string(),
                     _ => return Err(Rejection::MissingField(pointer)),
-                })
-            }
+                },
+            ),
         };
         let id = match &self.id {
             IdSource::Header(name) if signature.template.uses(&Part::Id) => {
@@ -354,15 +354,16 @@ impl Described {
         let Some((array, item)) = &self.items else {
             return Ok(None);
         };
-        let elements = payload
-            .pointer(array)
+        let elements = crate::json_pointer::get(payload, array)
             .and_then(Value::as_array)
             .filter(|items| !items.is_empty())
             .ok_or(Rejection::MalformedBody)?;
         elements
             .iter()
             .map(|element| match item {
-                Some(pointer) => element.pointer(pointer).ok_or(Rejection::MalformedBody),
+                Some(pointer) => {
+                    crate::json_pointer::get(element, pointer).ok_or(Rejection::MalformedBody)
+                }
                 None => Ok(element),
             })
             .collect::<Result<Vec<_>, _>>()

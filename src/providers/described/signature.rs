@@ -37,7 +37,7 @@ pub fn raw<'a>(
     match &signature.location {
         Location::Header(name) => header(headers, name)?.ok_or(Rejection::MissingHeader(name)),
         Location::Pointer(pointer) => fields
-            .and_then(|f| f.pointer(pointer))
+            .and_then(|f| crate::json_pointer::get(f, pointer))
             .and_then(Value::as_str)
             .ok_or(Rejection::MissingField(pointer)),
         Location::Form(name) => form

@@ -221,7 +221,10 @@ fn value<'a>(part: &'a Part, values: &Values<'a>) -> Result<Option<Cow<'a, [u8]>
             Cow::Owned(v.into_bytes())
         }),
         Part::Header(name) => super::super::header(values.request.headers, name)?.and_then(text),
-        Part::Field(pointer) => match values.fields.and_then(|f| f.pointer(pointer)) {
+        Part::Field(pointer) => match values
+            .fields
+            .and_then(|f| crate::json_pointer::get(f, pointer))
+        {
             Some(Value::String(s)) => text(s),
             Some(Value::Number(n)) => Some(Cow::Owned(n.to_string().into_bytes())),
             Some(Value::Bool(b)) => Some(Cow::Owned(b.to_string().into_bytes())),

@@ -413,11 +413,14 @@ impl Engine {
             }
             Begun::Claimed(Err(e)) => return Err(e.into()),
         };
-        let outcome = match self.claim_in(tx.conn(), request, &claim, inserted).await {
-            Ok(outcome) => outcome,
-            Err(EngineError::Store(StoreError::LockTimeout)) => Outcome::InProgress {
-                retry_after: Duration::from_secs(1),
-            },
+        let (outcome, completed) = match self.claim_in(tx.conn(), request, &claim, inserted).await {
+            Ok(found) => found,
+            Err(EngineError::Store(StoreError::LockTimeout)) => (
+                Outcome::InProgress {
+                    retry_after: Duration::from_secs(1),
+                },
+                None,
+            ),
             Err(e) => {
                 let _ = claim::end(tx).await;
                 return Err(e);
@@ -427,8 +430,15 @@ impl Engine {
             Ok(won) => Ok(Outcome::Fresh(self.pending(tx, request, won))),
             Err(answer) => {
                 // The answer may rest on an uncommitted row of an earlier
-                // member of a SQLite commit group: given only once durable.
+                // member of a SQLite commit group: given only once durable,
+                // and only then put in the replay cache, which answers the
+                // next copy at once. (Cached on reading, such a row answered
+                // a copy that arrived before the group's COMMIT, and a
+                // kill -9 then lost the row that answer came from.)
                 claim::end(tx).await?;
+                if let (Outcome::Replayed(stored), Some(row)) = (&answer, completed) {
+                    self.remember_completed(&row, stored);
+                }
                 Ok(answer)
             }
         }
@@ -588,14 +598,16 @@ impl Engine {
 
     /// After the atomic claim's insert (`inserted`: whether it created the
     /// row): the key is won, or else find out what the existing row means.
-    /// [`Outcome::InProgress`] means busy at this instant.
+    /// [`Outcome::InProgress`] means busy at this instant. A replay comes
+    /// with the completed row it was read from, for the caller to cache
+    /// once that row is known to be durable.
     async fn claim_in(
         &self,
         conn: &mut DbConn,
         request: &ClaimRequest,
         claim_row: &ClaimRow<'_>,
         inserted: bool,
-    ) -> Result<Outcome<Won>, EngineError> {
+    ) -> Result<(Outcome<Won>, Option<DeliveryRow>), EngineError> {
         let now = claim_row.now;
         let owner = &claim_row.owner;
         let claim = claim_row.row();
@@ -615,13 +627,13 @@ impl Engine {
             retry_after: Duration::ZERO,
         };
         if inserted {
-            return Ok(won(false, 1, &request.key, now));
+            return Ok((won(false, 1, &request.key, now), None));
         }
         let Some(row) = lookup(conn, request).await? else {
-            return Ok(again);
+            return Ok((again, None));
         };
-        Ok(match self.judge(&row, request, now)? {
-            Verdict::Replay(stored) => Outcome::Replayed(stored),
+        let outcome = match self.judge(&row, request, now)? {
+            Verdict::Replay(stored) => return Ok((Outcome::Replayed(stored), Some(row))),
             Verdict::Mismatch => Outcome::Mismatch,
             Verdict::Busy(retry_after) => Outcome::InProgress { retry_after },
             Verdict::Stale => {
@@ -640,11 +652,13 @@ impl Engine {
                     again
                 }
             }
-        })
+        };
+        Ok((outcome, None))
     }
 
     /// What a stored row means for `request`. A completed row read here is
-    /// remembered in the replay cache.
+    /// not cached yet: on SQLite it may be an earlier commit-group member's
+    /// uncommitted write (see [`Engine::remember_completed`]).
     fn judge(
         &self,
         row: &DeliveryRow,
@@ -664,14 +678,6 @@ impl Engine {
             let stored = row
                 .stored_response()
                 .ok_or(EngineError::Corrupt("a completed row has no response"))?;
-            self.store().replay_cache().remember(
-                &row.endpoint,
-                &row.delivery_id,
-                &row.request_hash,
-                row.received_at,
-                row.event_type.as_deref(),
-                &stored,
-            );
             return Ok(Verdict::Replay(stored));
         }
         if row.request_hash != request.fingerprint {
@@ -692,6 +698,19 @@ impl Engine {
     /// What a completed key means for a request with `fingerprint` under
     /// `retention` (`None`: the engine's), whether the key was read from the
     /// database or the replay cache; `None`: replay its response.
+    /// Puts a completed row that a repeat read, and whose transaction has
+    /// ended durably, in the replay cache.
+    fn remember_completed(&self, row: &DeliveryRow, stored: &StoredResponse) {
+        self.store().replay_cache().remember(
+            &row.endpoint,
+            &row.delivery_id,
+            &row.request_hash,
+            row.received_at,
+            row.event_type.as_deref(),
+            stored,
+        );
+    }
+
     fn judge_completed(
         &self,
         request_hash: &str,

@@ -586,3 +586,164 @@ on_both_backends!(
     a_failing_delivery_inside_a_group_fails_alone_and_the_others_commit,
     a_failure_inside_a_group
 );
+
+/// What the `pause` handler and its test share.
+#[derive(Default)]
+struct PauseState {
+    /// The app's store, set once the app is up.
+    store: OnceLock<Store>,
+    /// Set once the delivery of `pay_first` is inside its handler.
+    first: AtomicBool,
+    /// Set once the delivery of `pay_hold` is inside its handler.
+    holding: AtomicBool,
+    /// Lets the delivery of `pay_hold` go on.
+    release: AtomicBool,
+}
+
+/// On SQLite, the delivery of `pay_first` waits inside the gate until two
+/// more writers queue behind it; the delivery of `pay_hold` (on both
+/// backends) waits inside its transaction until released.
+struct Pause(Arc<PauseState>);
+
+#[async_trait::async_trait(?Send)]
+impl Handler for Pause {
+    async fn handle(&self, event: &Event, _: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+        let state = &self.0;
+        match event.payload["data"]["id"].as_str() {
+            Some("pay_first") => {
+                state.first.store(true, Ordering::SeqCst);
+                if let Some(store) = state
+                    .store
+                    .get()
+                    .filter(|s| s.backend() == StoreBackend::Sqlite)
+                {
+                    until("two writers queue behind the first delivery", async || {
+                        store.write_gate_waiters() >= 2
+                    })
+                    .await;
+                }
+            }
+            Some("pay_hold") => {
+                state.holding.store(true, Ordering::SeqCst);
+                until("the held delivery is released", async || {
+                    AtomicBool::load(&state.release, Ordering::SeqCst)
+                })
+                .await;
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+}
+
+/// A repeat that reads an earlier group member's completed row (copy B of
+/// `msg_x`, behind copy A in A's SQLite group) must not put that row in the
+/// replay cache before the group commits: a third copy (C) would be
+/// answered from the cache at once, from a row that a crash before the
+/// COMMIT loses (the crash suite's kill -9 on SQLite once saw two different
+/// 2xx bodies for one delivery this way). A third writer (`msg_w`) holds
+/// the group open while C arrives. On PostgreSQL there is no group: C is
+/// answered at once, from a committed row.
+async fn a_repeat_inside_an_open_group(backend: Backend) {
+    let state = Arc::new(PauseState::default());
+    let Some(app) = TestApp::builder(backend)
+        .top_level("sqlite_group_commit_wait = \"1h\"")
+        .handler("pause", Pause(state.clone()))
+        .spawn_if_available()
+        .await
+    else {
+        return;
+    };
+    let _ = state.store.set(app.store.clone());
+    let app = &app;
+    let sqlite = backend == Backend::Sqlite;
+    let x = payment("pay_first", 100);
+    let w = payment("pay_hold", 200);
+    let a = app.deliver("msg_x", &x);
+    let b = async {
+        if sqlite {
+            until("A holds the gate", async || {
+                AtomicBool::load(&state.first, Ordering::SeqCst)
+            })
+            .await;
+        }
+        app.deliver("msg_x", &x).await
+    };
+    let w_answer = async {
+        if sqlite {
+            // A holds the gate (so B, sent then, waits behind it).
+            until("B queues at the gate behind A", async || {
+                AtomicBool::load(&state.first, Ordering::SeqCst)
+                    && app.store.write_gate_waiters() >= 1
+            })
+            .await;
+        }
+        app.deliver("msg_w", &w).await
+    };
+    let c = async {
+        until("W holds its transaction", async || {
+            AtomicBool::load(&state.holding, Ordering::SeqCst)
+        })
+        .await;
+        let mut c = std::pin::pin!(app.deliver("msg_x", &x));
+        // SQLite: C must queue at the gate behind W, since nothing of A's
+        // group is durable yet. PostgreSQL: C is answered.
+        let queued = async {
+            if sqlite {
+                until("C queues at the gate", async || {
+                    app.store.write_gate_waiters() >= 1
+                })
+                .await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let early = tokio::select! {
+            answer = &mut c => Some(answer),
+            () = queued => None,
+        };
+        let committed_then = app.delivery("msg_x").await.map(|row| row.status);
+        state.release.store(true, Ordering::SeqCst);
+        let answer = match early {
+            Some(answer) => {
+                assert_eq!(
+                    committed_then.as_deref(),
+                    Some("completed"),
+                    "a copy was answered from a completion that was not committed"
+                );
+                answer
+            }
+            None => c.await,
+        };
+        let replayed = answer
+            .headers()
+            .get("idempotent-replayed")
+            .map(|v| v.as_bytes().to_vec());
+        (
+            answer.status().as_u16(),
+            replayed,
+            answer.bytes().await.unwrap(),
+        )
+    };
+    let (a, b, w_answer, (c_status, c_replayed, c_body)) = tokio::join!(a, b, w_answer, c);
+
+    assert_eq!(a.status(), 200);
+    assert_eq!(w_answer.status(), 200);
+    assert_eq!(b.status(), 200);
+    let a_body = a.bytes().await.unwrap();
+    assert_eq!(b.bytes().await.unwrap(), a_body, "B replays A's answer");
+    assert_eq!(c_status, 200);
+    assert_eq!(c_replayed.as_deref(), Some(&b"true"[..]));
+    assert_eq!(c_body, a_body, "C replays A's answer");
+    let stored = app.delivery("msg_x").await.expect("the key");
+    assert_eq!(stored.response_body.as_deref(), Some(&a_body[..]));
+    assert_eq!(
+        ledger_rows_by_id(app).await,
+        [("msg_w".to_owned(), 1), ("msg_x".to_owned(), 1)]
+    );
+}
+
+on_both_backends!(
+    a_repeat_read_inside_an_open_sqlite_group_is_cached_only_once_the_group_commits,
+    a_repeat_inside_an_open_group
+);

@@ -3,8 +3,9 @@
 //! `serde_json::Value::pointer` unescapes every reference token with two
 //! `str::replace`s, two allocations per token even when the token holds no
 //! `~`. The providers' keys and event types and the payments handler's
-//! fields are all found by pointer: on PostgreSQL `fresh`, that was about 1½ %
-//! of the receiver's instructions. A pointer without `~` needs no
+//! fields are all found by pointer (sixteen lookups per delivery on a
+//! Standard Webhooks endpoint with the default handlers): on PostgreSQL
+//! `fresh`, that was about 2 % of the receiver's instructions. A pointer without `~` needs no
 //! unescaping, so its tokens are looked up as they stand; anything else
 //! goes to serde_json.
 

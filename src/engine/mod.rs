@@ -695,9 +695,6 @@ impl Engine {
         }
     }
 
-    /// What a completed key means for a request with `fingerprint` under
-    /// `retention` (`None`: the engine's), whether the key was read from the
-    /// database or the replay cache; `None`: replay its response.
     /// Puts a completed row that a repeat read, and whose transaction has
     /// ended durably, in the replay cache.
     fn remember_completed(&self, row: &DeliveryRow, stored: &StoredResponse) {
@@ -711,6 +708,9 @@ impl Engine {
         );
     }
 
+    /// What a completed key means for a request with `fingerprint` under
+    /// `retention` (`None`: the engine's), whether the key was read from the
+    /// database or the replay cache; `None`: replay its response.
     fn judge_completed(
         &self,
         request_hash: &str,

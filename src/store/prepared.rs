@@ -45,7 +45,8 @@ impl<Q: Query> Query for Prepared<Q> {
 }
 
 /// Where a statement whose SQL text never varies keeps that text, one per
-/// backend: a `static` beside the function that builds the statement.
+/// backend: a `static` that [`fixed_statement!`](crate::fixed_statement)
+/// declares with the statement's marker.
 #[derive(Debug)]
 pub struct SqlText {
     pg: OnceLock<Box<str>>,

@@ -11,22 +11,24 @@
 //! else claims, completes or releases a key.
 
 mod claim;
+mod in_flight;
 mod outcome;
 mod queue;
 mod replay_tally;
 mod traced;
 
 pub use claim::{Claim, Lease, Pending};
-pub use outcome::{EngineError, Operation, OperationError, Outcome};
+pub use outcome::{EngineError, Landed, Operation, OperationError, Outcome};
 pub use queue::{Job, JobOutcome, RetryPolicy};
 pub use traced::delivery_attributes;
 
 use crate::store::{
-    Backend, CachedCompletion, Claimed, DbConn, DeliveryRow, NewClaim, Store, StoreError,
-    StoredResponse, Transaction,
+    AfterClaim, Backend, CachedCompletion, ClaimFlight, Claimed, DbConn, DeliveryRow, Flight,
+    NewClaim, Store, StoreError, StoredResponse, Transaction,
 };
 use chrono::{NaiveDateTime, TimeDelta};
 use claim::Purpose;
+use futures_util::future::LocalBoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -91,6 +93,8 @@ struct Inner {
     options: EngineOptions,
     instance: String,
     replays: Arc<replay_tally::ReplayTally>,
+    /// The keys this process's deliveries are on now.
+    in_flight: in_flight::KeysInFlight,
 }
 
 /// A key won by the atomic claim, with the `received_at` its row holds now.
@@ -143,6 +147,23 @@ impl ClaimRow<'_> {
 enum Begun {
     Answered(Claim),
     Claimed(Result<(Transaction, bool), StoreError>),
+    /// Claimed, with what the operation's statements behind the claim gave
+    /// (`None`: they could not fly, and nothing was sent).
+    Flown(Transaction, Option<Flown>),
+}
+
+/// What an operation's statements sent with the claim gave.
+type Flown = Result<Landed, OperationError>;
+
+/// An operation, as the statements that may follow a claim in its flight.
+struct Flying<'o>(&'o dyn Operation);
+
+impl AfterClaim for Flying<'_> {
+    type Landed = Flown;
+
+    fn fly<'f>(&'f self, flight: Flight<'f>) -> Option<LocalBoxFuture<'f, Flown>> {
+        self.0.run_in_flight(flight)
+    }
 }
 
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -161,6 +182,7 @@ impl Engine {
                 options,
                 instance,
                 replays: Arc::default(),
+                in_flight: in_flight::KeysInFlight::default(),
             }),
         }
     }
@@ -210,24 +232,41 @@ impl Engine {
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
         let mut rejection: Option<StoredResponse> = None;
+        let held = self.inner.in_flight.hold(&request.scope, &request.key);
+        let mut first = true;
         loop {
+            // The operation's statements may fly with the claim: on the
+            // first pass only (a later one stores a refusal alone), not for
+            // work outside the database, which needs its lease first, and
+            // not for a parallel copy of a delivery this process is already
+            // on (see `in_flight`).
+            let fly =
+                (first && held.alone && !operation.has_external_effects()).then_some(operation);
+            first = false;
             // At debug: created only when exported (or logged at debug).
             let claiming = tracing::debug_span!("claim");
-            let claim = Box::pin(self.claim(request).instrument(claiming.clone())).await;
+            let claim = Box::pin(self.claim_with(request, fly).instrument(claiming.clone())).await;
+            let (claim, landed) = match claim {
+                Ok((claim, landed)) => (Ok(claim), landed),
+                Err(e) => (Err(e), None),
+            };
             traced::claimed(&claiming, &claim);
             drop(claiming);
             let mut pending = match claim?.fresh() {
                 Ok(pending) => pending,
                 Err(answer) => return Ok(answer),
             };
-            let result = match &rejection {
+            let result = match (&rejection, landed) {
                 // A final refusal found by an earlier pass: store it alone.
-                Some(response) => Ok(response.clone()),
-                None if operation.has_external_effects() => {
+                (Some(response), _) => Ok(response.clone()),
+                (None, _) if operation.has_external_effects() => {
                     let lease = Box::pin(pending.commit_claim()).await?;
                     return Box::pin(self.run_leased(lease, operation)).await;
                 }
-                None => {
+                (None, Some(landed)) => {
+                    landed.and_then(|landed| operation.finish_flight(landed, pending.claimed()))
+                }
+                (None, None) => {
                     let claimed = pending.claimed().clone();
                     operation.run(pending.conn(), &claimed).await
                 }
@@ -353,23 +392,34 @@ impl Engine {
     /// Claims `request`'s key, waiting up to `in_progress_wait` while another
     /// attempt holds it. A fresh claim carries the open transaction.
     pub async fn claim(&self, request: &ClaimRequest) -> Result<Claim, EngineError> {
+        Ok(self.claim_with(request, None).await?.0)
+    }
+
+    /// [`Engine::claim`], with `fly`'s statements sent behind the claim on
+    /// the first pass where they can be (see [`Operation::run_in_flight`]):
+    /// what they gave comes with a fresh claim.
+    async fn claim_with(
+        &self,
+        request: &ClaimRequest,
+        mut fly: Option<&dyn Operation>,
+    ) -> Result<(Claim, Option<Flown>), EngineError> {
         let deadline = Instant::now() + self.inner.options.in_progress_wait;
         let mut pause = FIRST_PAUSE;
         loop {
-            match self.try_claim(request).await? {
-                Outcome::InProgress { retry_after } => {
+            match self.try_claim(request, fly.take()).await? {
+                (Outcome::InProgress { retry_after }, _) => {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     if remaining.is_zero() {
-                        return Ok(Outcome::InProgress { retry_after });
+                        return Ok((Outcome::InProgress { retry_after }, None));
                     }
                     tokio::time::sleep(pause.min(remaining)).await;
                     pause = (pause * 2).min(MAX_PAUSE);
                 }
-                claim => {
+                (claim, landed) => {
                     if matches!(claim, Outcome::Replayed(_)) {
                         self.count_replay_of(request);
                     }
-                    return Ok(claim);
+                    return Ok((claim, landed));
                 }
             }
         }
@@ -377,11 +427,15 @@ impl Engine {
 
     /// One pass over the key; [`Outcome::InProgress`] here means busy at
     /// this instant, to be tried again within the wait.
-    async fn try_claim(&self, request: &ClaimRequest) -> Result<Claim, EngineError> {
+    async fn try_claim(
+        &self,
+        request: &ClaimRequest,
+        fly: Option<&dyn Operation>,
+    ) -> Result<(Claim, Option<Flown>), EngineError> {
         // A completed row is immutable until it expires, so what this
         // process already read of it still holds: most redeliveries end here.
         if let Some(answer) = self.cached(request) {
-            return Ok(answer);
+            return Ok((answer, None));
         }
         // The claim goes first on both backends: a read before it would cost
         // every fresh delivery a statement (on SQLite, on a reader whose page
@@ -397,19 +451,43 @@ impl Engine {
             // which hold the pool's connections while the first copy's
             // claim runs: if that answer is known by now, no claim is needed.
             if let Some(answer) = self.cached(request) {
-                return Ok(answer);
+                return Ok((answer, None));
             }
-            // `BEGIN` and the claim in one flight.
+            // `BEGIN` and the claim in one flight, with the operation's
+            // statements behind them where it offers them.
             claim = self.new_claim(request);
-            Begun::Claimed(self.store().begin_claim(conn, &claim.row()).await)
+            match fly {
+                Some(operation) => {
+                    let flying = Flying(operation);
+                    let flown = self
+                        .store()
+                        .begin_claim_and_fly(conn, &claim.row(), &flying)
+                        .await;
+                    match flown {
+                        Ok(ClaimFlight::Claimed { tx, landed }) => Begun::Flown(tx, landed),
+                        Ok(ClaimFlight::Taken(tx)) => Begun::Claimed(Ok((tx, false))),
+                        // A duplicate: claim again, nothing behind it, to
+                        // learn what the row means.
+                        Ok(ClaimFlight::RolledBack(conn)) => {
+                            Begun::Claimed(self.store().begin_claim(conn, &claim.row()).await)
+                        }
+                        Err(e) => Begun::Claimed(Err(e)),
+                    }
+                }
+                None => Begun::Claimed(self.store().begin_claim(conn, &claim.row()).await),
+            }
         };
-        let (mut tx, inserted) = match begun {
-            Begun::Answered(answer) => return Ok(answer),
-            Begun::Claimed(Ok(claimed)) => claimed,
+        let (mut tx, inserted, landed) = match begun {
+            Begun::Answered(answer) => return Ok((answer, None)),
+            Begun::Claimed(Ok((tx, inserted))) => (tx, inserted, None),
+            Begun::Flown(tx, landed) => (tx, true, landed),
             Begun::Claimed(Err(StoreError::LockTimeout)) => {
-                return Ok(Outcome::InProgress {
-                    retry_after: Duration::from_secs(1),
-                });
+                return Ok((
+                    Outcome::InProgress {
+                        retry_after: Duration::from_secs(1),
+                    },
+                    None,
+                ));
             }
             Begun::Claimed(Err(e)) => return Err(e.into()),
         };
@@ -427,7 +505,7 @@ impl Engine {
             }
         };
         match outcome.fresh() {
-            Ok(won) => Ok(Outcome::Fresh(self.pending(tx, request, won))),
+            Ok(won) => Ok((Outcome::Fresh(self.pending(tx, request, won)), landed)),
             Err(answer) => {
                 // The answer may rest on an uncommitted row of an earlier
                 // member of a SQLite commit group: given only once durable,
@@ -439,7 +517,7 @@ impl Engine {
                 if let (Outcome::Replayed(stored), Some(row)) = (&answer, completed) {
                     self.remember_completed(&row, stored);
                 }
-                Ok(answer)
+                Ok((answer, None))
             }
         }
     }

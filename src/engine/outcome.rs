@@ -1,5 +1,10 @@
-use crate::store::{Claimed, DbConn, StoreError, StoredResponse};
+use crate::store::{Claimed, DbConn, Flight, StoreError, StoredResponse};
+use futures_util::future::LocalBoxFuture;
 use std::time::Duration;
+
+/// What [`Operation::run_in_flight`]'s statements gave, for
+/// [`Operation::finish_flight`]: whatever the operation keeps of them.
+pub type Landed = Box<dyn std::any::Any>;
 
 /// The logical operation behind a key. It runs inside the claim's transaction,
 /// so whatever it writes through `conn` commits together with the key's
@@ -24,6 +29,35 @@ pub trait Operation {
     /// key, so that doing it again after a crash is harmless.
     async fn run_external(&self, _claim: &Claimed) -> Result<(), OperationError> {
         Ok(())
+    }
+
+    /// [`Operation::run`]'s statements, sent to PostgreSQL in the claim's
+    /// own flight (`BEGIN`, the claim, then these), so that a fresh key
+    /// costs one round trip less; [`Operation::finish_flight`] then turns
+    /// what they gave into the response. `None` (the default): `run` runs
+    /// once the claim is known, as always.
+    ///
+    /// The statements run before anyone knows whether the claim won: where
+    /// it lost (a duplicate), the transaction is rolled back, so their
+    /// writes never stay, and the operation is not run. They must only
+    /// write to the database, and must not depend on the claim's answer.
+    fn run_in_flight<'f>(
+        &'f self,
+        _flight: Flight<'f>,
+    ) -> Option<LocalBoxFuture<'f, Result<Landed, OperationError>>> {
+        None
+    }
+
+    /// The response, from what [`Operation::run_in_flight`]'s statements
+    /// gave, once the claim is known to be this request's.
+    fn finish_flight(
+        &self,
+        _landed: Landed,
+        _claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError> {
+        Err(OperationError::Failed(
+            "finish_flight without run_in_flight".into(),
+        ))
     }
 }
 

@@ -121,17 +121,19 @@ pub struct Claimed {
     pub taken_over: bool,
 }
 
-crate::fixed_statement!(ClaimInsert);
+crate::fixed_statement!(pub(super) ClaimInsert);
 
 /// The atomic claim's statement, for [`DbConn::insert_claim`] and the
 /// pipelined `BEGIN` + claim of `store::pipeline`.
 pub(super) fn claim_insert<'a>(
     claim: &'a NewClaim<'a>,
-) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
-+ diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
-+ diesel::query_builder::QueryId
-+ Send
-+ 'a {
+) -> FixedText<
+    ClaimInsert,
+    impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
+    + diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
+    + Send
+    + 'a,
+> {
     FixedText::<ClaimInsert, _>::new(
         diesel::insert_into(deliveries::table)
             .values((dsl::endpoint.eq(claim.endpoint), claim_columns(claim)))

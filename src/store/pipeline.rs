@@ -13,7 +13,12 @@
 //!   manager is told of the `BEGIN` it did not send, so that a handler's
 //!   nested `transaction()` still becomes a savepoint and the pool still
 //!   discards a connection left inside a transaction.
-//! - the handlers' statements ([`Flight`]).
+//! - the handlers' statements ([`Flight`]), and since 2026-12-04 in the
+//!   same flight as `BEGIN` and the claim, right behind them
+//!   ([`Store::begin_claim_and_fly`]), where the claim's statement is
+//!   prepared so that nothing can overtake it. They run before the claim's
+//!   answer is known; a claim that lost has its transaction rolled back,
+//!   so their writes never stay. A fresh delivery then waits twice.
 //!
 //! - the completion of a claim made in the same transaction, with `COMMIT`
 //!   ([`Transaction::complete_claim_in_flight`]), but only on a connection
@@ -39,6 +44,7 @@ use diesel::connection::TransactionDepthChange;
 use diesel_async::{
     AnsiTransactionManager, RunQueryDsl, SimpleAsyncConnection, TransactionManager,
 };
+use futures_util::future::LocalBoxFuture;
 use std::task::Poll;
 
 impl Store {
@@ -61,6 +67,84 @@ impl Store {
     }
 }
 
+/// Statements that may travel right behind a claim, before its answer is
+/// known (see [`Store::begin_claim_and_fly`]).
+pub trait AfterClaim {
+    /// What the statements' futures give once they have landed.
+    type Landed;
+
+    /// The statements' future on `flight`, or `None` to send nothing.
+    fn fly<'f>(&'f self, flight: Flight<'f>) -> Option<LocalBoxFuture<'f, Self::Landed>>;
+}
+
+/// What [`Store::begin_claim_and_fly`] made of a claim.
+pub enum ClaimFlight<L> {
+    /// The claim is this transaction's. `landed` holds what the statements
+    /// behind it gave, if they could fly; if not, nothing was sent.
+    Claimed { tx: Transaction, landed: Option<L> },
+    /// The key was there already, and nothing was sent behind the claim:
+    /// the transaction is open, for the caller to find out what the row
+    /// means, as after [`Store::begin_claim`].
+    Taken(Transaction),
+    /// The key was there already, and the statements behind the claim ran
+    /// in vain: the transaction is rolled back (so none of their writes
+    /// stay, and the locks they took are let go), and the connection is
+    /// handed back to claim again without them.
+    RolledBack(DbConn),
+}
+
+impl Store {
+    /// [`Store::begin_claim`], with `after`'s statements sent in the same
+    /// flight, right behind the claim, on PostgreSQL: `BEGIN`, the claim and
+    /// an operation's writes then cost one round trip instead of two. They
+    /// run before anyone knows whether the claim won, so where it did not,
+    /// the transaction is rolled back ([`ClaimFlight::RolledBack`]); their
+    /// writes never outlive a claim they do not belong to.
+    ///
+    /// They fly only where the claim is sure to reach the server first:
+    /// when this connection has prepared the claim's statement for good
+    /// (an unprepared one waits for its `Parse` to be answered, and a
+    /// statement sent beside it would overtake it, taking row locks before
+    /// the claim that the claim's owner may then wait for) and the claim's
+    /// execution was queued on its first poll. Otherwise nothing is sent
+    /// behind it and the caller runs its statements after the claim, as
+    /// before. SQLite sends nothing ahead: it has no round trips to save.
+    pub async fn begin_claim_and_fly<A: AfterClaim + ?Sized>(
+        &self,
+        conn: DbConn,
+        claim: &NewClaim<'_>,
+        after: &A,
+    ) -> Result<ClaimFlight<A::Landed>, StoreError> {
+        let mut pg = match conn {
+            DbConn::Pg(pg) => pg,
+            sqlite => {
+                let (tx, inserted) = self.begin_on(sqlite).await?.insert_claim(claim).await?;
+                return Ok(if inserted {
+                    ClaimFlight::Claimed { tx, landed: None }
+                } else {
+                    ClaimFlight::Taken(tx)
+                });
+            }
+        };
+        let (inserted, landed) = begin_insert_and_fly(&mut pg, claim, after).await?;
+        Ok(match (inserted, landed) {
+            (true, landed) => ClaimFlight::Claimed {
+                tx: Transaction::on(DbConn::Pg(pg)),
+                landed,
+            },
+            (false, None) => ClaimFlight::Taken(Transaction::on(DbConn::Pg(pg))),
+            (false, Some(_)) => {
+                // What flew is dropped with the transaction. Should the
+                // ROLLBACK fail, the manager marks the connection broken and
+                // the pool discards it.
+                let c: &mut PgConn = &mut pg;
+                AnsiTransactionManager::rollback_transaction(c).await?;
+                ClaimFlight::RolledBack(DbConn::Pg(pg))
+            }
+        })
+    }
+}
+
 impl Transaction {
     /// Inserts `claim` in this open transaction (`INSERT ... ON CONFLICT DO
     /// NOTHING`): true when it created the row. An error rolls the
@@ -79,6 +163,104 @@ impl Transaction {
             }
         }
     }
+}
+
+/// `BEGIN`, the claim's insert and, where they can go safely (see
+/// [`Store::begin_claim_and_fly`]), `after`'s statements, in one flight:
+/// whether the claim inserted its row, and what `after`'s future gave.
+async fn begin_insert_and_fly<A: AfterClaim + ?Sized>(
+    c: &mut PgConn,
+    claim: &NewClaim<'_>,
+    after: &A,
+) -> Result<(bool, Option<A::Landed>), StoreError> {
+    let insert = deliveries::claim_insert(claim);
+    let prepared = insert
+        .sql::<diesel::pg::Pg>()
+        .is_ok_and(|sql| statement_ledger::has_prepared(c, sql));
+    // Counted as open before `BEGIN` is sent, as in `begin_and_insert`.
+    change_depth(c, TransactionDepthChange::IncreaseDepth)?;
+    let (begun, inserted, landed) = fly_begin_and_insert(c, insert, prepared, after).await;
+    match (begun, inserted) {
+        (Some(Ok(())), Some(Ok(n))) => Ok((n == 1, landed)),
+        (begun, inserted) => {
+            // As in `begin_and_insert`: ROLLBACK through the manager.
+            let _ = AnsiTransactionManager::rollback_transaction(c).await;
+            Err(begun
+                .and_then(Result::err)
+                .or(inserted.and_then(Result::err))
+                .map_or_else(
+                    || StoreError::Unavailable("the claim's flight failed".into()),
+                    StoreError::from,
+                ))
+        }
+    }
+}
+
+/// The flight of [`begin_insert_and_fly`]: `BEGIN`'s and the insert's
+/// outcomes (`None`: not run), and what `after`'s future gave if it flew.
+async fn fly_begin_and_insert<A, Q>(
+    shared: &PgConn,
+    insert: Q,
+    prepared: bool,
+    after: &A,
+) -> (
+    Option<diesel::QueryResult<()>>,
+    Option<diesel::QueryResult<usize>>,
+    Option<A::Landed>,
+)
+where
+    A: AfterClaim + ?Sized,
+    Q: diesel::query_builder::QueryFragment<diesel::pg::Pg> + diesel::query_builder::QueryId + Send,
+{
+    // Each future sends its request on its first poll; unconstrained, no
+    // tokio primitive on the way (the statement cache's lock) can put that
+    // off because the task has spent its cooperative budget.
+    let begin = tokio::task::coop::unconstrained(async {
+        let mut conn = shared;
+        conn.batch_execute("BEGIN").await
+    });
+    let insert = tokio::task::coop::unconstrained(async {
+        let mut conn = shared;
+        insert.execute(&mut conn).await
+    });
+    let mut begin = std::pin::pin!(futures_util::future::maybe_done(begin));
+    let mut insert = std::pin::pin!(futures_util::future::maybe_done(insert));
+    // Pending on their first polls, `BEGIN` and the prepared statement's
+    // execution are queued, in that order: what is sent from now on reaches
+    // the server after them. Done at once, each was sent and answered
+    // already (this thread may have been descheduled in between, while the
+    // connection's task on another ran the round trip), which is as good,
+    // or failed: then nothing may follow it (without `BEGIN`, each
+    // statement would commit on its own), and neither does it where the
+    // claim is known to have lost.
+    let _ = futures_util::poll!(begin.as_mut());
+    let begun = begin.as_mut().output_mut().is_none_or(|r| r.is_ok());
+    let queued = begun && {
+        let _ = futures_util::poll!(insert.as_mut());
+        insert
+            .as_mut()
+            .output_mut()
+            .is_none_or(|r| matches!(r, Ok(1)))
+    };
+    let flying = if prepared && queued {
+        after.fly(Flight(shared))
+    } else {
+        None
+    };
+    let landed = match flying {
+        Some(flying) => {
+            let (_, _, landed) =
+                futures_util::future::join3(begin.as_mut(), insert.as_mut(), flying).await;
+            Some(landed)
+        }
+        None => {
+            futures_util::future::join(begin.as_mut(), insert.as_mut()).await;
+            None
+        }
+    };
+    let begun = begin.as_mut().take_output();
+    let inserted = insert.as_mut().take_output();
+    (begun, inserted, landed)
 }
 
 /// `BEGIN` and the claim's insert in one flight.

@@ -4,13 +4,15 @@
 
 use super::Endpoint;
 use crate::clock::SharedClock;
-use crate::engine::{Operation, OperationError};
+use crate::engine::{Landed, Operation, OperationError};
 use crate::handlers::{Event, HandlerError};
 use crate::log_text::escaped;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
-use crate::store::{Claimed, DbConn, StoredResponse};
+use crate::store::{Claimed, DbConn, Flight, StoredResponse};
 use crate::telemetry::traces::{self, KeyValue};
 use actix_web::http::StatusCode;
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
 use serde_json::{Map, Value, json};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -138,13 +140,7 @@ impl Operation for RunHandlers {
                         .iter()
                         .map_while(|(name, h)| {
                             let future = h.handle_in_flight(&self.event, flight)?;
-                            let span = handler_span(name);
-                            let traced = async move {
-                                let handled = future.await;
-                                handler_done(&tracing::Span::current(), &handled);
-                                handled
-                            };
-                            Some((name.as_str(), traced.instrument(span)))
+                            Some((name.as_str(), traced_handler(name, future)))
                         })
                         .unzip();
                     let results = futures_util::future::join_all(futures).await;
@@ -170,6 +166,59 @@ impl Operation for RunHandlers {
                 self.absorb(&mut effects, name, result)?;
             }
         }
+        self.response(effects, claim)
+    }
+
+    fn run_in_flight<'f>(
+        &'f self,
+        flight: Flight<'f>,
+    ) -> Option<LocalBoxFuture<'f, Result<Landed, OperationError>>> {
+        // All of them or none: a handler that cannot fly needs the claim's
+        // answer first, and so do those configured after it.
+        let mut names = Vec::with_capacity(self.endpoint.handlers.len());
+        let mut futures = Vec::with_capacity(self.endpoint.handlers.len());
+        for (name, handler) in &self.endpoint.handlers {
+            if handler.external() {
+                return None;
+            }
+            let future = handler.handle_in_flight(&self.event, flight)?;
+            names.push(name.as_str());
+            futures.push(traced_handler(name, future));
+        }
+        Some(
+            async move {
+                let results = futures_util::future::join_all(futures).await;
+                let mut effects = self.external.borrow().clone();
+                // In configured order: the first failure is the one
+                // reported, as if the handlers had run one after another.
+                for (name, result) in names.into_iter().zip(results) {
+                    self.absorb(&mut effects, name, result)?;
+                }
+                Ok(Box::new(effects) as Landed)
+            }
+            .boxed_local(),
+        )
+    }
+
+    fn finish_flight(
+        &self,
+        landed: Landed,
+        claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError> {
+        let effects = landed
+            .downcast::<Map<String, Value>>()
+            .map_err(|_| OperationError::Failed("the handlers' flight gave no effects".into()))?;
+        self.response(*effects, claim)
+    }
+}
+
+impl RunHandlers {
+    /// The stored answer of a run whose handlers had `effects`.
+    fn response(
+        &self,
+        effects: Map<String, Value>,
+        claim: &Claimed,
+    ) -> Result<StoredResponse, OperationError> {
         let body = json!({
             "status": "processed",
             "endpoint": self.event.endpoint,
@@ -188,6 +237,20 @@ impl Operation for RunHandlers {
             location: None,
         })
     }
+}
+
+/// A handler's flying future, within its span.
+fn traced_handler<'f>(
+    name: &str,
+    future: LocalBoxFuture<'f, Result<Option<Value>, HandlerError>>,
+) -> impl std::future::Future<Output = Result<Option<Value>, HandlerError>> + 'f {
+    let span = handler_span(name);
+    async move {
+        let handled = future.await;
+        handler_done(&tracing::Span::current(), &handled);
+        handled
+    }
+    .instrument(span)
 }
 
 /// One handler's span, at debug: created only when exported (or logged at

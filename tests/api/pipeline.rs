@@ -28,7 +28,8 @@ mod nested {
 use futures_util::FutureExt;
 use idempotent_receiver::store::schema::{deliveries, ledger_entries};
 use idempotent_receiver::store::{
-    DatabaseUrl, DbConn, Flight, IN_PROGRESS, NewClaim, Store, StoreOptions, StoredResponse,
+    AfterClaim, ClaimFlight, DatabaseUrl, DbConn, Flight, IN_PROGRESS, NewClaim, Store,
+    StoreOptions, StoredResponse,
 };
 use idempotent_receiver::with_conn;
 
@@ -437,4 +438,205 @@ async fn a_completion_failing_in_flight_with_commit_keeps_nothing() {
             .await
             .expect("completed")
     );
+}
+
+/// One pooled connection, so that every delivery after the first finds the
+/// claim's statement prepared and sends the handlers behind it.
+fn one_connection(builder: crate::helpers::TestAppBuilder) -> crate::helpers::TestAppBuilder {
+    builder.top_level("pool_size = 1")
+}
+
+/// The answer's ledger entry id.
+async fn ledger_entry_id(response: reqwest::Response) -> (i64, Vec<u8>) {
+    assert_eq!(response.status(), 200);
+    let body = response.bytes().await.expect("a body").to_vec();
+    let answer: Value = serde_json::from_slice(&body).expect("a JSON answer");
+    let id = answer["effects"]["payments"]["ledger_entry_id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no ledger entry in {answer}"));
+    (id, body)
+}
+
+async fn payload_of(app: &TestApp, id: &str) -> String {
+    let mut conn = app.store.conn().await.expect("a connection");
+    #[derive(diesel::QueryableByName)]
+    struct Payload {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        payload: String,
+    }
+    with_conn!(&mut conn, |c| {
+        diesel::sql_query("SELECT payload FROM events WHERE delivery_id = $1")
+            .bind::<diesel::sql_types::Text, _>(id)
+            .get_result::<Payload>(c)
+            .await
+    })
+    .expect("the event's row")
+    .payload
+}
+
+crate::both_backends_with! { one_connection;
+    /// On PostgreSQL the handlers' statements travel behind `BEGIN` and the
+    /// claim, before anyone knows whether the claim won. A repeat that the
+    /// replay cache does not know (another instance's, or one after a
+    /// restart) loses the claim: its handlers' writes must be rolled back,
+    /// and its answer is the stored one. The ledger's id sequence shows
+    /// that they did run: PostgreSQL's `nextval` is not undone by a
+    /// rollback, so each repeat's rolled-back insert leaves a gap. SQLite
+    /// sends nothing ahead and leaves none.
+    async fn a_repeat_whose_handlers_flew_with_a_lost_claim_keeps_nothing_of_them(app) {
+        let postgres = app.database_url.starts_with("postgres");
+        let body = payment("pay_fly_1", 1200);
+        // Prepares the claim's statement on the one connection.
+        let (first, _) = ledger_entry_id(app.deliver("msg_fly_1", &body).await).await;
+        let body = payment("pay_fly_2", 3400);
+        let (second, answer) = ledger_entry_id(app.deliver("msg_fly_2", &body).await).await;
+        assert_eq!(second, first + 1);
+
+        // The same delivery again, and its key with another body, each
+        // unknown to the cache: the stored answer, and a refusal. Their
+        // handlers fly on PostgreSQL unless the claim's answer is in first
+        // (see the test above), so they are sent until a fresh delivery's
+        // ledger id shows the gap that rolled-back inserts leave.
+        let mut last = second;
+        let mut fresh = 2;
+        let mut gap_seen = false;
+        for round in 0..20 {
+            app.store.replay_cache().clear();
+            let repeat = app.deliver("msg_fly_2", &body).await;
+            assert_eq!(repeat.status(), 200);
+            assert_eq!(repeat.bytes().await.expect("a body").to_vec(), answer, "byte for byte");
+            app.store.replay_cache().clear();
+            let other = payment("pay_fly_2", 9999);
+            problem(app.deliver("msg_fly_2", &other).await, 409, "key-reused").await;
+
+            let id = format!("msg_fly_next_{round}");
+            let (next, _) = ledger_entry_id(app.deliver(&id, &payment(&format!("pay_{id}"), 5600)).await).await;
+            fresh += 1;
+            assert!(
+                (last + 1..=last + 3).contains(&next),
+                "at most the two lost claims' inserts used an id: {last} then {next}"
+            );
+            gap_seen |= next > last + 1;
+            last = next;
+            if gap_seen {
+                break;
+            }
+        }
+        assert_eq!(gap_seen, postgres, "only PostgreSQL's lost claims flew");
+        assert_eq!(app.ledger_rows().await, fresh);
+        assert_eq!(app.count("events").await, fresh);
+        assert_eq!(
+            payload_of(app, "msg_fly_2").await.into_bytes(),
+            body,
+            "the event's row is the first run's"
+        );
+    }
+}
+
+/// An operation's one effect, a ledger row, offered to fly behind a claim.
+struct LedgerRowAfter(String);
+
+impl AfterClaim for LedgerRowAfter {
+    type Landed = Result<usize, idempotent_receiver::store::StoreError>;
+
+    fn fly<'f>(&'f self, flight: Flight<'f>) -> Option<LocalBoxFuture<'f, Self::Landed>> {
+        let sql = after_sql(&self.0);
+        Some(async move { flight.execute(diesel::sql_query(sql)).await }.boxed_local())
+    }
+}
+
+both_backends! {
+    /// `Store::begin_claim_and_fly` sends the operation's statements behind
+    /// the claim only where the claim cannot be overtaken: on PostgreSQL,
+    /// once the connection has prepared the claim's statement (its first
+    /// claim sends nothing behind it); never on SQLite. What flew ran in the
+    /// claim's own transaction. A claim that loses rolls back what flew and
+    /// hands the connection back outside a transaction.
+    async fn an_operations_statements_fly_behind_a_claim_once_its_connection_has_prepared_it(app) {
+        let store = one_connection_store(app);
+        let postgres = app.database_url.starts_with("postgres");
+        let mut ids = Vec::new();
+        for round in 0..3 {
+            let id = format!("pipe-fly-{round}-{}", uuid::Uuid::new_v4().simple());
+            let now = store.clock().naive_now();
+            let conn = store.conn().await.expect("a connection");
+            let after = LedgerRowAfter(id.clone());
+            let flight = store
+                .begin_claim_and_fly(conn, &claim(&id, "owner", now), &after)
+                .await
+                .expect("the claim");
+            let ClaimFlight::Claimed { mut tx, landed } = flight else {
+                panic!("round {round}: a new key's claim was not won");
+            };
+            let flew = landed.is_some();
+            assert_eq!(flew, postgres && round > 0, "round {round}");
+            match landed {
+                Some(inserted) => assert_eq!(inserted.expect("the flown insert"), 1),
+                None => {
+                    let inserted = with_conn!(tx.conn(), |c| {
+                        diesel::sql_query(after_sql(&id)).execute(c).await
+                    })
+                    .expect("the effect, after the claim");
+                    assert_eq!(inserted, 1);
+                }
+            }
+            assert!(tx.conn().complete_delivery("pipeline", &id, "owner", &answer(), now).await.expect("the completion"));
+            tx.commit().await.expect("committed");
+            assert_eq!(ledger_rows(&store, &id).await, 1);
+            if postgres {
+                assert_eq!(
+                    writer_xid(&store, "deliveries", &id).await,
+                    writer_xid(&store, "ledger_entries", &id).await,
+                    "round {round}: the effect was written in the claim's transaction"
+                );
+            }
+            ids.push(id);
+        }
+
+        // A claim on a key that is there already loses. The flight is sent
+        // unless the claim's answer is in before the handlers' statements
+        // are made: this thread descheduled right after sending it, while
+        // the connection's task ran the round trip. So it is tried until
+        // it flies (PostgreSQL), and every try must keep nothing.
+        let id = &ids[2];
+        let mut rolled_back = 0;
+        for _ in 0..20 {
+            let now = store.clock().naive_now();
+            let conn = store.conn().await.expect("a connection");
+            let after = LedgerRowAfter(id.clone());
+            let flight = store
+                .begin_claim_and_fly(conn, &claim(id, "another-owner", now), &after)
+                .await
+                .expect("the claim");
+            match flight {
+                ClaimFlight::RolledBack(conn) => {
+                    assert!(postgres, "SQLite sends nothing ahead");
+                    rolled_back += 1;
+                    drop(conn);
+                }
+                ClaimFlight::Taken(tx) => tx.rollback().await.expect("rolled back"),
+                ClaimFlight::Claimed { .. } => panic!("a key that is there was claimed again"),
+            }
+            assert_eq!(ledger_rows(&store, id).await, 1, "the lost claim's effect was not kept");
+            assert_eq!(status_of(&store, id).await.as_deref(), Some("completed"));
+            // (SQLite takes a `SAVEPOINT` outside a transaction as a `BEGIN`.)
+            if postgres {
+                assert!(
+                    checked_out_outside_a_transaction(&store).await,
+                    "the connection came back inside a transaction"
+                );
+            }
+            if rolled_back > 0 {
+                break;
+            }
+        }
+        assert_eq!(rolled_back > 0, postgres, "a lost claim's flight was rolled back");
+    }
+}
+
+fn after_sql(id: &str) -> String {
+    format!(
+        "INSERT INTO ledger_entries (endpoint, delivery_id, kind, payment_id, amount, currency, created_at) \
+         VALUES ('pipeline', '{id}', 'charge', 'pay', 1, 'EUR', CURRENT_TIMESTAMP)"
+    )
 }

@@ -232,16 +232,18 @@ impl Engine {
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
         let mut rejection: Option<StoredResponse> = None;
-        let held = self.inner.in_flight.hold(&request.scope, &request.key);
+        // The operation's statements may fly with the claim: on PostgreSQL
+        // (SQLite has no round trips to save), not for work outside the
+        // database, which needs its lease first, and not for a parallel
+        // copy of a delivery this process is already on (see `in_flight`);
+        // and on the first pass only (a later one stores a refusal alone).
+        let held = (self.store().backend() == Backend::Postgres
+            && !operation.has_external_effects())
+        .then(|| self.inner.in_flight.hold(&request.scope, &request.key));
+        let may_fly = held.as_ref().is_some_and(|held| held.alone);
         let mut first = true;
         loop {
-            // The operation's statements may fly with the claim: on the
-            // first pass only (a later one stores a refusal alone), not for
-            // work outside the database, which needs its lease first, and
-            // not for a parallel copy of a delivery this process is already
-            // on (see `in_flight`).
-            let fly =
-                (first && held.alone && !operation.has_external_effects()).then_some(operation);
+            let fly = (first && may_fly).then_some(operation);
             first = false;
             // At debug: created only when exported (or logged at debug).
             let claiming = tracing::debug_span!("claim");

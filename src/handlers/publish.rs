@@ -7,8 +7,10 @@
 use super::{Event, Handler, HandlerError};
 use crate::clock::SharedClock;
 use crate::publishers::{Destination, PublisherSettings};
-use crate::store::DbConn;
-use crate::store::outbox::NewPublication;
+use crate::store::outbox::{NewPublication, publication_insert};
+use crate::store::{DbConn, Flight};
+use futures_util::FutureExt;
+use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
 
 /// The handler name prefix: `publish:NAME` publishes with `[publishers.NAME]`.
@@ -48,6 +50,51 @@ impl Publish {
     }
 }
 
+/// What a publication of one event is made of, before its row is written.
+struct Publication {
+    message_id: String,
+    body: Vec<u8>,
+    destination: String,
+}
+
+impl Publish {
+    fn publication(&self, event: &Event) -> Publication {
+        Publication {
+            message_id: event.idempotency_key(),
+            body: envelope(event, &self.envelope),
+            destination: self.destination.render(
+                &event.endpoint,
+                event.provider,
+                event.event_type.as_deref(),
+            ),
+        }
+    }
+
+    fn row<'a>(&'a self, event: &'a Event, publication: &'a Publication) -> NewPublication<'a> {
+        NewPublication {
+            publisher: &self.publisher,
+            endpoint: &event.endpoint,
+            delivery_id: &event.delivery_id,
+            message_id: &publication.message_id,
+            destination: &publication.destination,
+            body: &publication.body,
+            received_at: event.received_at,
+            now: self.clock.naive_now(),
+        }
+    }
+
+    /// The stored answer says where the event goes, not whether the broker
+    /// has it yet: that happens after the commit.
+    fn answer(&self, publication: &Publication, written: bool) -> Value {
+        json!({
+            "publisher": self.publisher,
+            "message_id": publication.message_id,
+            "destination": publication.destination,
+            "outbox": if written { "written" } else { "already-written" },
+        })
+    }
+}
+
 #[async_trait::async_trait(?Send)]
 impl Handler for Publish {
     async fn handle(
@@ -55,31 +102,29 @@ impl Handler for Publish {
         event: &Event,
         conn: &mut DbConn,
     ) -> Result<Option<Value>, HandlerError> {
-        let message_id = event.idempotency_key();
-        let body = envelope(event, &self.envelope);
-        let destination =
-            self.destination
-                .render(&event.endpoint, event.provider, event.event_type.as_deref());
+        let publication = self.publication(event);
         let written = conn
-            .insert_publication(&NewPublication {
-                publisher: &self.publisher,
-                endpoint: &event.endpoint,
-                delivery_id: &event.delivery_id,
-                message_id: &message_id,
-                destination: &destination,
-                body: &body,
-                received_at: event.received_at,
-                now: self.clock.naive_now(),
-            })
+            .insert_publication(&self.row(event, &publication))
             .await?;
-        // The stored answer says where the event goes, not whether the broker
-        // has it yet: that happens after the commit.
-        Ok(Some(json!({
-            "publisher": self.publisher,
-            "message_id": message_id,
-            "destination": destination,
-            "outbox": if written { "written" } else { "already-written" },
-        })))
+        Ok(Some(self.answer(&publication, written)))
+    }
+
+    /// The outbox row is one statement: it travels with the other handlers'
+    /// (and, where they all fly, with the claim).
+    fn handle_in_flight<'a>(
+        &'a self,
+        event: &'a Event,
+        flight: Flight<'a>,
+    ) -> Option<LocalBoxFuture<'a, Result<Option<Value>, HandlerError>>> {
+        Some(
+            async move {
+                let publication = self.publication(event);
+                let row = self.row(event, &publication);
+                let written = flight.execute(publication_insert(&row)).await? == 1;
+                Ok(Some(self.answer(&publication, written)))
+            }
+            .boxed_local(),
+        )
     }
 }
 

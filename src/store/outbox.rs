@@ -130,6 +130,36 @@ macro_rules! sent_in_scopes {
     }};
 }
 
+/// A publication's row, due at once, unless this publisher already has a
+/// row with its message id (the delivery's handlers ran again): one row
+/// written, or none. For [`DbConn::insert_publication`] and the `publish:`
+/// handler's flight.
+pub fn publication_insert<'a>(
+    new: &'a NewPublication<'a>,
+) -> impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
++ diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
++ diesel::query_builder::QueryId
++ Send
++ 'a {
+    let row = (
+        outbox::publisher.eq(new.publisher),
+        outbox::endpoint.eq(new.endpoint),
+        outbox::delivery_id.eq(new.delivery_id),
+        outbox::message_id.eq(new.message_id),
+        outbox::destination.eq(new.destination),
+        outbox::body.eq(new.body),
+        outbox::state.eq(PENDING),
+        outbox::attempts.eq(0),
+        outbox::next_attempt_at.eq(new.now),
+        outbox::received_at.eq(new.received_at),
+        outbox::created_at.eq(new.now),
+    );
+    diesel::insert_into(outbox::table)
+        .values(row)
+        .on_conflict((outbox::publisher, outbox::message_id))
+        .do_nothing()
+}
+
 impl DbConn {
     /// Writes a publication, due at once. `false`: this publisher already
     /// has a row with this message id (the delivery's handlers ran again),
@@ -138,27 +168,7 @@ impl DbConn {
         &mut self,
         new: &NewPublication<'_>,
     ) -> Result<bool, StoreError> {
-        let row = (
-            outbox::publisher.eq(new.publisher),
-            outbox::endpoint.eq(new.endpoint),
-            outbox::delivery_id.eq(new.delivery_id),
-            outbox::message_id.eq(new.message_id),
-            outbox::destination.eq(new.destination),
-            outbox::body.eq(new.body),
-            outbox::state.eq(PENDING),
-            outbox::attempts.eq(0),
-            outbox::next_attempt_at.eq(new.now),
-            outbox::received_at.eq(new.received_at),
-            outbox::created_at.eq(new.now),
-        );
-        let inserted = with_conn!(self, |c| {
-            diesel::insert_into(outbox::table)
-                .values(row)
-                .on_conflict((outbox::publisher, outbox::message_id))
-                .do_nothing()
-                .execute(c)
-                .await
-        })?;
+        let inserted = with_conn!(self, |c| publication_insert(new).execute(c).await)?;
         Ok(inserted == 1)
     }
 

@@ -23,8 +23,8 @@ pub use queue::{Job, JobOutcome, RetryPolicy};
 pub use traced::delivery_attributes;
 
 use crate::store::{
-    AfterClaim, Backend, CachedCompletion, ClaimFlight, Claimed, DbConn, DeliveryRow, Flight,
-    NewClaim, Store, StoreError, StoredResponse, Transaction,
+    AfterClaim, Backend, CachedCompletion, Claimed, DbConn, DeliveryRow, Flight, NewClaim, Store,
+    StoreError, StoredResponse, Transaction,
 };
 use chrono::{NaiveDateTime, TimeDelta};
 use claim::Purpose;
@@ -146,10 +146,9 @@ impl ClaimRow<'_> {
 /// without a claim, or a transaction with the claim's insert done in it.
 enum Begun {
     Answered(Claim),
-    Claimed(Result<(Transaction, bool), StoreError>),
-    /// Claimed, with what the operation's statements behind the claim gave
-    /// (`None`: they could not fly, and nothing was sent).
-    Flown(Transaction, Option<Flown>),
+    /// The claim's transaction, whether it inserted the row, and what the
+    /// operation's statements behind the claim gave (`None`: nothing flew).
+    Claimed(Result<(Transaction, bool, Option<Flown>), StoreError>),
 }
 
 /// What an operation's statements sent with the claim gave.
@@ -458,31 +457,16 @@ impl Engine {
             // `BEGIN` and the claim in one flight, with the operation's
             // statements behind them where it offers them.
             claim = self.new_claim(request);
-            match fly {
-                Some(operation) => {
-                    let flying = Flying(operation);
-                    let flown = self
-                        .store()
-                        .begin_claim_and_fly(conn, &claim.row(), &flying)
-                        .await;
-                    match flown {
-                        Ok(ClaimFlight::Claimed { tx, landed }) => Begun::Flown(tx, landed),
-                        Ok(ClaimFlight::Taken(tx)) => Begun::Claimed(Ok((tx, false))),
-                        // A duplicate: claim again, nothing behind it, to
-                        // learn what the row means.
-                        Ok(ClaimFlight::RolledBack(conn)) => {
-                            Begun::Claimed(self.store().begin_claim(conn, &claim.row()).await)
-                        }
-                        Err(e) => Begun::Claimed(Err(e)),
-                    }
-                }
-                None => Begun::Claimed(self.store().begin_claim(conn, &claim.row()).await),
-            }
+            let flying = fly.map(Flying);
+            Begun::Claimed(
+                self.store()
+                    .begin_claim_and_fly(conn, &claim.row(), flying.as_ref())
+                    .await,
+            )
         };
         let (mut tx, inserted, landed) = match begun {
             Begun::Answered(answer) => return Ok((answer, None)),
-            Begun::Claimed(Ok((tx, inserted))) => (tx, inserted, None),
-            Begun::Flown(tx, landed) => (tx, true, landed),
+            Begun::Claimed(Ok(claimed)) => claimed,
             Begun::Claimed(Err(StoreError::LockTimeout)) => {
                 return Ok((
                     Outcome::InProgress {
@@ -541,7 +525,10 @@ impl Engine {
             let _ = claim::end(tx).await;
             return Ok(Begun::Answered(answer));
         }
-        Ok(Begun::Claimed(tx.insert_claim(&claim.row()).await))
+        let claimed = tx.insert_claim(&claim.row()).await;
+        Ok(Begun::Claimed(
+            claimed.map(|(tx, inserted)| (tx, inserted, None)),
+        ))
     }
 
     /// The claim `won` on `tx`, for the caller to run under.

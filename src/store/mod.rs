@@ -43,7 +43,7 @@ pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, ScannedRow,
     StatusCount,
 };
-pub use pipeline::{AfterClaim, ClaimFlight, Flight};
+pub use pipeline::{AfterClaim, Flight};
 pub use pool::{DatabaseUrl, StoreOptions};
 pub use prepared::{FixedStatement, FixedText, Prepared, SqlText, TextSlot};
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};

@@ -57,13 +57,10 @@ impl Store {
         conn: DbConn,
         claim: &NewClaim<'_>,
     ) -> Result<(Transaction, bool), StoreError> {
-        match conn {
-            DbConn::Pg(mut pg) => {
-                let inserted = begin_and_insert(&mut pg, claim).await?;
-                Ok((Transaction::on(DbConn::Pg(pg)), inserted))
-            }
-            sqlite => self.begin_on(sqlite).await?.insert_claim(claim).await,
-        }
+        let (tx, inserted, _) = self
+            .begin_claim_and_fly(conn, claim, None::<&NothingAfter>)
+            .await?;
+        Ok((tx, inserted))
     }
 }
 
@@ -77,29 +74,29 @@ pub trait AfterClaim {
     fn fly<'f>(&'f self, flight: Flight<'f>) -> Option<LocalBoxFuture<'f, Self::Landed>>;
 }
 
-/// What [`Store::begin_claim_and_fly`] made of a claim.
-pub enum ClaimFlight<L> {
-    /// The claim is this transaction's. `landed` holds what the statements
-    /// behind it gave, if they could fly; if not, nothing was sent.
-    Claimed { tx: Transaction, landed: Option<L> },
-    /// The key was there already, and nothing was sent behind the claim:
-    /// the transaction is open, for the caller to find out what the row
-    /// means, as after [`Store::begin_claim`].
-    Taken(Transaction),
-    /// The key was there already, and the statements behind the claim ran
-    /// in vain: the transaction is rolled back (so none of their writes
-    /// stay, and the locks they took are let go), and the connection is
-    /// handed back to claim again without them.
-    RolledBack(DbConn),
+/// No statements behind a claim: [`Store::begin_claim`].
+enum NothingAfter {}
+
+impl AfterClaim for NothingAfter {
+    type Landed = std::convert::Infallible;
+
+    fn fly<'f>(&'f self, _: Flight<'f>) -> Option<LocalBoxFuture<'f, Self::Landed>> {
+        match *self {}
+    }
 }
 
 impl Store {
     /// [`Store::begin_claim`], with `after`'s statements sent in the same
     /// flight, right behind the claim, on PostgreSQL: `BEGIN`, the claim and
-    /// an operation's writes then cost one round trip instead of two. They
-    /// run before anyone knows whether the claim won, so where it did not,
-    /// the transaction is rolled back ([`ClaimFlight::RolledBack`]); their
-    /// writes never outlive a claim they do not belong to.
+    /// an operation's writes then cost one round trip instead of two. What
+    /// they gave comes with a claim that this call won (`None`: they did
+    /// not fly, and nothing was sent).
+    ///
+    /// They run before anyone knows whether the claim won. Where it did
+    /// not, the transaction is rolled back, so none of their writes stay and
+    /// the locks they took are let go, and the key is claimed again in a
+    /// new transaction with nothing behind it: the caller gets that one, as
+    /// from [`Store::begin_claim`], to find out what the row means.
     ///
     /// They fly only where the claim is sure to reach the server first:
     /// when this connection has prepared the claim's statement for good
@@ -113,35 +110,26 @@ impl Store {
         &self,
         conn: DbConn,
         claim: &NewClaim<'_>,
-        after: &A,
-    ) -> Result<ClaimFlight<A::Landed>, StoreError> {
+        after: Option<&A>,
+    ) -> Result<(Transaction, bool, Option<A::Landed>), StoreError> {
         let mut pg = match conn {
             DbConn::Pg(pg) => pg,
             sqlite => {
                 let (tx, inserted) = self.begin_on(sqlite).await?.insert_claim(claim).await?;
-                return Ok(if inserted {
-                    ClaimFlight::Claimed { tx, landed: None }
-                } else {
-                    ClaimFlight::Taken(tx)
-                });
+                return Ok((tx, inserted, None));
             }
         };
-        let (inserted, landed) = begin_insert_and_fly(&mut pg, claim, after).await?;
-        Ok(match (inserted, landed) {
-            (true, landed) => ClaimFlight::Claimed {
-                tx: Transaction::on(DbConn::Pg(pg)),
-                landed,
-            },
-            (false, None) => ClaimFlight::Taken(Transaction::on(DbConn::Pg(pg))),
-            (false, Some(_)) => {
-                // What flew is dropped with the transaction. Should the
-                // ROLLBACK fail, the manager marks the connection broken and
-                // the pool discards it.
-                let c: &mut PgConn = &mut pg;
-                AnsiTransactionManager::rollback_transaction(c).await?;
-                ClaimFlight::RolledBack(DbConn::Pg(pg))
-            }
-        })
+        let (inserted, landed) = begin_and_insert(&mut pg, claim, after).await?;
+        if !inserted && landed.is_some() {
+            // What flew is dropped with the transaction. Should the
+            // ROLLBACK fail, the manager marks the connection broken and the
+            // pool discards it.
+            let c: &mut PgConn = &mut pg;
+            AnsiTransactionManager::rollback_transaction(c).await?;
+            let (inserted, _) = begin_and_insert(&mut pg, claim, None::<&NothingAfter>).await?;
+            return Ok((Transaction::on(DbConn::Pg(pg)), inserted, None));
+        }
+        Ok((Transaction::on(DbConn::Pg(pg)), inserted, landed))
     }
 }
 
@@ -168,22 +156,30 @@ impl Transaction {
 /// `BEGIN`, the claim's insert and, where they can go safely (see
 /// [`Store::begin_claim_and_fly`]), `after`'s statements, in one flight:
 /// whether the claim inserted its row, and what `after`'s future gave.
-async fn begin_insert_and_fly<A: AfterClaim + ?Sized>(
+async fn begin_and_insert<A: AfterClaim + ?Sized>(
     c: &mut PgConn,
     claim: &NewClaim<'_>,
-    after: &A,
+    after: Option<&A>,
 ) -> Result<(bool, Option<A::Landed>), StoreError> {
     let insert = deliveries::claim_insert(claim);
-    let prepared = insert
-        .sql::<diesel::pg::Pg>()
-        .is_ok_and(|sql| statement_ledger::has_prepared(c, sql));
-    // Counted as open before `BEGIN` is sent, as in `begin_and_insert`.
+    // Asked only where something would fly: the ledger's lookup hashes the
+    // statement's text.
+    let after = after.filter(|_| {
+        insert
+            .sql::<diesel::pg::Pg>()
+            .is_ok_and(|sql| statement_ledger::has_prepared(c, sql))
+    });
+    // Counted as open before `BEGIN` is sent: should this future be dropped
+    // mid-flight, the pool sees a connection inside a transaction and
+    // discards it, rather than lend it out with a `BEGIN` still pending.
     change_depth(c, TransactionDepthChange::IncreaseDepth)?;
-    let (begun, inserted, landed) = fly_begin_and_insert(c, insert, prepared, after).await;
+    let (begun, inserted, landed) = fly_begin_and_insert(c, insert, after).await;
     match (begun, inserted) {
         (Some(Ok(())), Some(Ok(n))) => Ok((n == 1, landed)),
         (begun, inserted) => {
-            // As in `begin_and_insert`: ROLLBACK through the manager.
+            // ROLLBACK through the manager ends the transaction whether or
+            // not `BEGIN` got through; if even that fails, the manager marks
+            // the connection broken and the pool drops it.
             let _ = AnsiTransactionManager::rollback_transaction(c).await;
             Err(begun
                 .and_then(Result::err)
@@ -196,13 +192,13 @@ async fn begin_insert_and_fly<A: AfterClaim + ?Sized>(
     }
 }
 
-/// The flight of [`begin_insert_and_fly`]: `BEGIN`'s and the insert's
-/// outcomes (`None`: not run), and what `after`'s future gave if it flew.
+/// The flight of [`begin_and_insert`]: `BEGIN`'s and the insert's
+/// outcomes (`None`: not run), and what `after`'s future gave if it flew
+/// (`after`: statements whose claim this connection has prepared).
 async fn fly_begin_and_insert<A, Q>(
     shared: &PgConn,
     insert: Q,
-    prepared: bool,
-    after: &A,
+    after: Option<&A>,
 ) -> (
     Option<diesel::QueryResult<()>>,
     Option<diesel::QueryResult<usize>>,
@@ -242,11 +238,9 @@ where
             .output_mut()
             .is_none_or(|r| matches!(r, Ok(1)))
     };
-    let flying = if prepared && queued {
-        after.fly(Flight(shared))
-    } else {
-        None
-    };
+    let flying = after
+        .filter(|_| queued)
+        .and_then(|after| after.fly(Flight(shared)));
     let landed = match flying {
         Some(flying) => {
             let (_, _, landed) =
@@ -261,38 +255,6 @@ where
     let begun = begin.as_mut().take_output();
     let inserted = insert.as_mut().take_output();
     (begun, inserted, landed)
-}
-
-/// `BEGIN` and the claim's insert in one flight.
-async fn begin_and_insert(c: &mut PgConn, claim: &NewClaim<'_>) -> Result<bool, StoreError> {
-    // Counted as open before `BEGIN` is sent: should this future be dropped
-    // mid-flight, the pool sees a connection inside a transaction and
-    // discards it, rather than lend it out with a `BEGIN` still pending.
-    change_depth(c, TransactionDepthChange::IncreaseDepth)?;
-    let shared: &PgConn = c;
-    let begin = async {
-        let mut conn = shared;
-        conn.batch_execute("BEGIN").await
-    };
-    let insert = async {
-        let mut conn = shared;
-        deliveries::claim_insert(claim).execute(&mut conn).await
-    };
-    // `join` polls `begin` first, so `BEGIN` is queued before the insert.
-    let (begun, inserted) = futures_util::future::join(begin, insert).await;
-    match (begun, inserted) {
-        (Ok(()), Ok(n)) => Ok(n == 1),
-        (begun, inserted) => {
-            // ROLLBACK through the manager ends the transaction whether or
-            // not `BEGIN` got through; if even that fails, the manager marks
-            // the connection broken and the pool drops it.
-            let _ = AnsiTransactionManager::rollback_transaction(c).await;
-            Err(begun.err().or(inserted.err()).map_or_else(
-                || StoreError::Unavailable("the claim's flight failed".into()),
-                StoreError::from,
-            ))
-        }
-    }
 }
 
 impl Transaction {

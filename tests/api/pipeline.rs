@@ -28,8 +28,8 @@ mod nested {
 use futures_util::FutureExt;
 use idempotent_receiver::store::schema::{deliveries, ledger_entries};
 use idempotent_receiver::store::{
-    AfterClaim, ClaimFlight, DatabaseUrl, DbConn, Flight, IN_PROGRESS, NewClaim, Store,
-    StoreOptions, StoredResponse,
+    AfterClaim, DatabaseUrl, DbConn, Flight, IN_PROGRESS, NewClaim, Store, StoreOptions,
+    StoredResponse,
 };
 use idempotent_receiver::with_conn;
 
@@ -534,13 +534,27 @@ crate::both_backends_with! { one_connection;
 }
 
 /// An operation's one effect, a ledger row, offered to fly behind a claim.
-struct LedgerRowAfter(String);
+/// `flew`: its statement was handed to the flight (sent behind the claim).
+struct LedgerRowAfter {
+    id: String,
+    flew: std::cell::Cell<bool>,
+}
+
+impl LedgerRowAfter {
+    fn new(id: &str) -> LedgerRowAfter {
+        LedgerRowAfter {
+            id: id.to_owned(),
+            flew: std::cell::Cell::new(false),
+        }
+    }
+}
 
 impl AfterClaim for LedgerRowAfter {
     type Landed = Result<usize, idempotent_receiver::store::StoreError>;
 
     fn fly<'f>(&'f self, flight: Flight<'f>) -> Option<LocalBoxFuture<'f, Self::Landed>> {
-        let sql = after_sql(&self.0);
+        self.flew.set(true);
+        let sql = after_sql(&self.id);
         Some(async move { flight.execute(diesel::sql_query(sql)).await }.boxed_local())
     }
 }
@@ -551,7 +565,7 @@ both_backends! {
     /// once the connection has prepared the claim's statement (its first
     /// claim sends nothing behind it); never on SQLite. What flew ran in the
     /// claim's own transaction. A claim that loses rolls back what flew and
-    /// hands the connection back outside a transaction.
+    /// claims again without it, in a transaction that ends like any other.
     async fn an_operations_statements_fly_behind_a_claim_once_its_connection_has_prepared_it(app) {
         let store = one_connection_store(app);
         let postgres = app.database_url.starts_with("postgres");
@@ -560,16 +574,14 @@ both_backends! {
             let id = format!("pipe-fly-{round}-{}", uuid::Uuid::new_v4().simple());
             let now = store.clock().naive_now();
             let conn = store.conn().await.expect("a connection");
-            let after = LedgerRowAfter(id.clone());
-            let flight = store
-                .begin_claim_and_fly(conn, &claim(&id, "owner", now), &after)
+            let after = LedgerRowAfter::new(&id);
+            let (mut tx, inserted, landed) = store
+                .begin_claim_and_fly(conn, &claim(&id, "owner", now), Some(&after))
                 .await
                 .expect("the claim");
-            let ClaimFlight::Claimed { mut tx, landed } = flight else {
-                panic!("round {round}: a new key's claim was not won");
-            };
-            let flew = landed.is_some();
-            assert_eq!(flew, postgres && round > 0, "round {round}");
+            assert!(inserted, "round {round}: a new key's claim was not won");
+            assert_eq!(landed.is_some(), after.flew.get(), "round {round}");
+            assert_eq!(after.flew.get(), postgres && round > 0, "round {round}");
             match landed {
                 Some(inserted) => assert_eq!(inserted.expect("the flown insert"), 1),
                 None => {
@@ -603,20 +615,18 @@ both_backends! {
         for _ in 0..20 {
             let now = store.clock().naive_now();
             let conn = store.conn().await.expect("a connection");
-            let after = LedgerRowAfter(id.clone());
-            let flight = store
-                .begin_claim_and_fly(conn, &claim(id, "another-owner", now), &after)
+            let after = LedgerRowAfter::new(id);
+            let (tx, inserted, landed) = store
+                .begin_claim_and_fly(conn, &claim(id, "another-owner", now), Some(&after))
                 .await
                 .expect("the claim");
-            match flight {
-                ClaimFlight::RolledBack(conn) => {
-                    assert!(postgres, "SQLite sends nothing ahead");
-                    rolled_back += 1;
-                    drop(conn);
-                }
-                ClaimFlight::Taken(tx) => tx.rollback().await.expect("rolled back"),
-                ClaimFlight::Claimed { .. } => panic!("a key that is there was claimed again"),
+            assert!(!inserted, "a key that is there was claimed again");
+            assert!(landed.is_none(), "a lost claim gives nothing of what flew");
+            if after.flew.get() {
+                assert!(postgres, "SQLite sends nothing ahead");
+                rolled_back += 1;
             }
+            tx.rollback().await.expect("rolled back");
             assert_eq!(ledger_rows(&store, id).await, 1, "the lost claim's effect was not kept");
             assert_eq!(status_of(&store, id).await.as_deref(), Some("completed"));
             // (SQLite takes a `SAVEPOINT` outside a transaction as a `BEGIN`.)

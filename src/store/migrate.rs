@@ -26,18 +26,9 @@ impl Store {
                 match &mut conn {
                     DbConn::Sqlite(conn) => Ok(conn
                         .spawn_blocking(|c| {
-                            // A migration may index a large table: its sort
-                            // spills to temporary files, where the pool's
-                            // `temp_store = MEMORY` (see `sqlite_pragmas`)
-                            // would hold all of it in memory.
-                            c.batch_execute("PRAGMA temp_store = FILE")?;
-                            let applied = c
-                                .run_pending_migrations(SQLITE)
+                            c.run_pending_migrations(SQLITE)
                                 .map(|done| done.len())
-                                .map_err(diesel::result::Error::QueryBuilderError);
-                            let restored = c.batch_execute(super::pool::TEMP_STORE_MEMORY);
-                            let applied = applied?;
-                            restored.map(|()| applied)
+                                .map_err(diesel::result::Error::QueryBuilderError)
                         })
                         .await?),
                     DbConn::Pg(_) => Err(StoreError::Unavailable(

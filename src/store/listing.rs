@@ -124,7 +124,12 @@ macro_rules! filtered {
         let filter: &DeliveryFilter = $filter;
         let mut query = deliveries::table.into_boxed();
         if let Some(endpoint) = &filter.endpoint {
-            query = query.filter(dsl::endpoint.eq(endpoint));
+            // Always true (the column is NOT NULL), and what lets the
+            // partial `(endpoint, received_at)` index serve the order:
+            // see migration 000012.
+            query = query
+                .filter(dsl::endpoint.eq(endpoint))
+                .filter(dsl::received_at.is_not_null());
         }
         if let Some(status) = &filter.status {
             query = query.filter(dsl::status.eq(status));

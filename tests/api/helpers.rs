@@ -753,3 +753,18 @@ pub async fn problem(response: reqwest::Response, status: u16, kind: &str) -> se
     assert_eq!(body["status"], status);
     body
 }
+
+/// A line of PostgreSQL's `EXPLAIN`.
+#[derive(diesel::QueryableByName)]
+pub struct PlanLine {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    #[diesel(column_name = "QUERY PLAN")]
+    pub line: String,
+}
+
+/// A line of SQLite's `EXPLAIN QUERY PLAN`.
+#[derive(diesel::QueryableByName)]
+pub struct SqlitePlanLine {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub detail: String,
+}

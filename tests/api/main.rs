@@ -62,3 +62,4 @@ mod sqlite_lock_wait;
 mod storm_pool;
 mod traces;
 mod writer_thread;
+mod young_table_plans;

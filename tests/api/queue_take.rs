@@ -8,7 +8,7 @@
 //! endpoint's and an ordering key's blocked jobs: the right job is taken,
 //! and the plan walks `queue_jobs_next` without a sort.
 
-use crate::helpers::{Backend, TestApp};
+use crate::helpers::{Backend, PlanLine, SqlitePlanLine, TestApp};
 use chrono::{Duration as Span, NaiveDateTime};
 use diesel::sql_types::{Text, Timestamp};
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
@@ -19,19 +19,6 @@ use idempotent_receiver::store::queue::take_due_sql;
 use idempotent_receiver::with_conn;
 
 const BACKLOG: i64 = 10_000;
-
-#[derive(diesel::QueryableByName)]
-struct PlanLine {
-    #[diesel(sql_type = Text)]
-    #[diesel(column_name = "QUERY PLAN")]
-    line: String,
-}
-
-#[derive(diesel::QueryableByName)]
-struct SqlitePlanLine {
-    #[diesel(sql_type = Text)]
-    detail: String,
-}
 
 /// `BACKLOG` due jobs of `ready`, one a second, the oldest first; before
 /// them in the order, 200 jobs of a paused endpoint and 200 events of one

@@ -291,7 +291,7 @@ fn switch_to_wal(path: &std::path::Path, busy_timeout: Duration) -> Result<(), S
 /// The savepoint journal stays in memory without `temp_store = MEMORY`.
 /// Every member of a commit group writes inside a savepoint, and SQLite
 /// keeps the first image of each page a savepoint changes in a
-/// sub-journal. In a temporary file (the default `temp_store`), that
+/// sub-journal. In a temporary file (`temp_store = FILE`, set below), that
 /// journal is a memory buffer until it passes `SQLITE_STMTJRNL_SPILL`,
 /// 1 MiB in this build (`.cargo/config.toml`; SQLite's default, 64 KiB,
 /// was passed by ordinary members), and is emptied at each member's

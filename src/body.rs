@@ -23,13 +23,28 @@ where
     if declared.is_some_and(|len| len > limit) {
         return Err(Problem::payload_too_large(limit));
     }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-    while let Some(chunk) = payload.next().await {
+    // A body that arrives as one chunk (most webhooks: a few hundred bytes
+    // in the request's first read) is that chunk, not a copy of it.
+    let first = match payload.next().await {
+        None => return Ok(Bytes::new()),
+        Some(chunk) => chunk.map_err(|_| Problem::unreadable_body())?,
+    };
+    if first.len() > limit {
+        return Err(Problem::payload_too_large(limit));
+    }
+    let Some(second) = payload.next().await else {
+        return Ok(first);
+    };
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).clamp(first.len(), limit));
+    body.extend_from_slice(&first);
+    let mut next = Some(second);
+    while let Some(chunk) = next {
         let chunk = chunk.map_err(|_| Problem::unreadable_body())?;
         if body.len() + chunk.len() > limit {
             return Err(Problem::payload_too_large(limit));
         }
         body.extend_from_slice(&chunk);
+        next = payload.next().await;
     }
     Ok(body.freeze())
 }

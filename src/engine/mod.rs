@@ -636,13 +636,16 @@ impl Engine {
         fingerprint: &str,
         retention: Option<Duration>,
     ) -> Option<(Arc<CachedCompletion>, Option<Verdict>)> {
-        let hit = self.store().replay_cache().get(scope, key)?;
+        // One reading of the store's clock for the cache's TTL and the
+        // key's retention: a replay answered from memory reads it once.
+        let now = self.store().clock().now();
+        let hit = self.store().replay_cache().get_at(scope, key, now)?;
         let verdict = self.judge_completed(
             &hit.request_hash,
             hit.received_at,
             fingerprint,
             retention,
-            self.now(),
+            now.naive_utc(),
         );
         Some((hit, verdict))
     }

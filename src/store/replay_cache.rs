@@ -96,11 +96,22 @@ impl ReplayCache {
 
     /// The completed row of `key` in `scope`, if it was read within the TTL.
     pub fn get(&self, scope: &str, key: &str) -> Option<Arc<CachedCompletion>> {
+        self.get_at(scope, key, self.clock.now())
+    }
+
+    /// [`ReplayCache::get`] as of `now`, read by the caller from this
+    /// cache's clock (the store's), for a caller that needs the same now.
+    pub fn get_at(
+        &self,
+        scope: &str,
+        key: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Arc<CachedCompletion>> {
         let entries = self.entries.as_ref()?;
         let entry = entries.get(entry_key(scope, key).as_str())?;
         // A clock set back since the entry was cached makes the age
         // negative: treated as expired, so an entry never outlives its TTL.
-        let age = (self.clock.now() - entry.cached_at).to_std().ok()?;
+        let age = (now - entry.cached_at).to_std().ok()?;
         (age < self.ttl).then_some(entry)
     }
 

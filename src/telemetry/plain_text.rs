@@ -16,13 +16,13 @@
 //! the default. A test renders the same events through both and compares
 //! the bytes.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_log::NormalizeEvent;
-use tracing_subscriber::field::{MakeVisitor, VisitFmt, VisitOutput};
+use tracing_subscriber::field::{RecordFields, VisitFmt, VisitOutput};
 use tracing_subscriber::fmt::format::{DefaultVisitor, Format, Full, Writer};
 use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
@@ -114,19 +114,69 @@ fn level_label(level: &Level) -> &'static str {
 
 /// The field format: `DefaultFields`' `name=value` pairs, written plainly
 /// without colour.
+///
+/// A span's fields are kept in a `String` that `tracing_subscriber` starts
+/// empty and that each field then grows: four or five reallocations per
+/// span, for the `request` and `webhook` spans of every delivery. Here the
+/// fields are formatted into a buffer of the thread's and appended with one
+/// write, which sizes the span's `String` once.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PlainFields;
 
-impl<'a> MakeVisitor<Writer<'a>> for PlainFields {
-    type Visitor = PlainVisitor<'a>;
+thread_local! {
+    /// Where [`PlainFields`] formats fields before appending them.
+    static FIELDS: RefCell<String> = const { RefCell::new(String::new()) };
+    /// Where [`PlainVisitor`] formats a message before checking it for what
+    /// the default escapes.
+    static MESSAGE: RefCell<String> = const { RefCell::new(String::new()) };
+}
 
-    fn make_visitor(&self, writer: Writer<'a>) -> PlainVisitor<'a> {
-        PlainVisitor {
-            writer,
-            is_empty: true,
-            result: Ok(()),
+/// The most of its capacity a thread's buffer keeps after a line: one huge
+/// field does not hold its memory for the life of the thread.
+const BUFFER_KEPT: usize = 4096;
+
+impl<'writer> FormatFields<'writer> for PlainFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        // The buffer's writer is `Writer::new`'s: plain, sanitising. Any
+        // other writer, or a field whose formatting logs (the buffer is
+        // then in use), is written to directly.
+        if writer.has_ansi_escapes() || !writer.sanitizes_ansi_escapes() {
+            return record_plain(writer, fields);
         }
+        FIELDS.with(|buffer| match buffer.try_borrow_mut() {
+            Ok(mut buffer) => {
+                buffer.clear();
+                let formatted = record_plain(Writer::new(&mut *buffer), &fields);
+                let mut writer = writer;
+                let written = formatted.and_then(|()| writer.write_str(&buffer));
+                if buffer.capacity() > BUFFER_KEPT {
+                    *buffer = String::new();
+                }
+                written
+            }
+            Err(_) => record_plain(writer, fields),
+        })
     }
+}
+
+fn record_plain<R: RecordFields>(writer: Writer<'_>, fields: R) -> fmt::Result {
+    let mut visitor = PlainVisitor {
+        writer,
+        is_empty: true,
+        result: Ok(()),
+    };
+    fields.record(&mut visitor);
+    visitor.finish()
+}
+
+/// What the default's message writer escapes (`tracing_subscriber`'s
+/// `EscapingWriter`): the C0 controls that start or sound terminal
+/// sequences, DEL, and the C1 controls.
+fn escaped_by_default(ch: char) -> bool {
+    matches!(
+        ch,
+        '\x1b' | '\x07' | '\x08' | '\x0c' | '\x7f' | '\u{80}'..='\u{9f}'
+    )
 }
 
 pub struct PlainVisitor<'a> {
@@ -159,12 +209,42 @@ impl PlainVisitor<'_> {
             || name.starts_with("log.")
     }
 
-    fn write_pair(&mut self, name: &str, value: &dyn fmt::Debug) -> fmt::Result {
+    /// The message as the default writes it, when it holds nothing the
+    /// default escapes: `true` when it was written. The default writes it
+    /// through an escaping writer a character at a time, which was about a
+    /// fiftieth of a replay's instructions for `delivery answered`.
+    fn write_message(&mut self, value: &dyn fmt::Debug) -> bool {
+        if self.writer.has_ansi_escapes() || self.result.is_err() {
+            return false;
+        }
+        MESSAGE.with(|buffer| {
+            let Ok(mut text) = buffer.try_borrow_mut() else {
+                return false;
+            };
+            text.clear();
+            let plain = write!(text, "{value:?}").is_ok() && !text.chars().any(escaped_by_default);
+            if plain {
+                self.result = self.separate().and_then(|()| self.writer.write_str(&text));
+            }
+            if text.capacity() > BUFFER_KEPT {
+                *text = String::new();
+            }
+            plain
+        })
+    }
+
+    /// A space before every field but the first.
+    fn separate(&mut self) -> fmt::Result {
         if self.is_empty {
             self.is_empty = false;
+            Ok(())
         } else {
-            self.writer.write_char(' ')?;
+            self.writer.write_char(' ')
         }
+    }
+
+    fn write_pair(&mut self, name: &str, value: &dyn fmt::Debug) -> fmt::Result {
+        self.separate()?;
         self.writer.write_str(name)?;
         self.writer.write_char('=')?;
         write!(self.writer, "{value:?}")
@@ -173,6 +253,10 @@ impl PlainVisitor<'_> {
 
 impl Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
+        // The default writes a `str` message as it writes any other.
+        if field.name() == "message" {
+            return self.record_debug(field, &format_args!("{value}"));
+        }
         if self.is_special(field.name()) {
             return self.as_default(field, |visitor| visitor.record_str(field, value));
         }
@@ -185,6 +269,9 @@ impl Visit for PlainVisitor<'_> {
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let name = field.name();
+        if name == "message" && self.write_message(value) {
+            return;
+        }
         if self.is_special(name) {
             return self.as_default(field, |visitor| visitor.record_debug(field, value));
         }
@@ -309,6 +396,17 @@ mod tests {
         }
     }
 
+    /// A value whose formatting logs, while the buffers are in use (tracing
+    /// drops that line: a subscriber is not re-entered).
+    struct Noisy;
+
+    impl fmt::Debug for Noisy {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            tracing::info!(nested = true, "logged while formatting");
+            f.write_str("noisy")
+        }
+    }
+
     #[derive(Debug, thiserror::Error)]
     #[error("the pool timed out")]
     struct Outer(#[source] Inner);
@@ -334,6 +432,16 @@ mod tests {
         tracing::info!(log.target = "somewhere", kept = 1, "a log. field");
         tracing::info!(text = "quote \" newline \n esc \u{1b}[31m", "value escapes");
         tracing::info!("message with \u{1b}[31m esc and \"quotes\" and {}", 42);
+        tracing::info!(
+            "bell \u{7}, backspace \u{8}, form feed \u{c} and C1 {}",
+            '\u{85}'
+        );
+        tracing::info!(
+            message = "a str message with DEL \u{7f} and CSI \u{9b}31m",
+            n = 1
+        );
+        tracing::info!(message = "a plain str message");
+        tracing::info!(value = ?Noisy, "a field whose formatting logs");
         let error = Outer(Inner);
         tracing::warn!(
             error = &error as &(dyn std::error::Error + 'static),
@@ -362,12 +470,13 @@ mod tests {
         let _webhook = webhook.enter();
         tracing::info!("before the records");
         webhook.record("delivery_id", "p1-r-33");
-        webhook.record("outcome", "replayed");
-        webhook.record("duration_ms", 0.242_f64);
+        tracing::record_all!(webhook, outcome = "replayed", duration_ms = 0.242_f64);
         tracing::info!(status = 200_u16, "delivery answered");
         let empty = tracing::info_span!("empty");
         let _empty = empty.enter();
         tracing::info!(detail = %"inside a span without fields", "nested");
+        let noisy = tracing::info_span!("noisy", value = ?Noisy);
+        noisy.in_scope(|| tracing::info!("inside a span whose formatting logged"));
         let recorded_only = tracing::info_span!("later", value = tracing::field::Empty);
         recorded_only.record("value", 3_i64);
         recorded_only.in_scope(|| tracing::info!("a span whose fields all came later"));
@@ -411,7 +520,7 @@ mod tests {
     fn lines_are_the_default_formats_bytes_without_and_with_colour() {
         let default = render(false, false);
         let plain = render(true, false);
-        assert_eq!(default.lines().count(), 18, "{default}");
+        assert_eq!(default.lines().count(), 23, "{default}");
         for (default, plain) in default.lines().zip(plain.lines()) {
             assert_eq!(plain, default);
         }

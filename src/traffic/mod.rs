@@ -14,6 +14,7 @@ pub mod latency;
 use crate::clock::SharedClock;
 use crate::store::traffic::TrafficCount;
 use crate::store::{Store, StoreError};
+use foldhash::fast::RandomState;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,13 +69,15 @@ impl Outcome {
 }
 
 /// Counts of one endpoint not flushed yet, by (minute, outcome, bucket).
-type EndpointCounts = HashMap<(i64, Outcome, i32), i32>;
+// foldhash, not SipHash: both maps are looked up on every answer, their
+// keys are configured endpoint names and bounded tuples.
+type EndpointCounts = HashMap<(i64, Outcome, i32), i32, RandomState>;
 
 /// A handle on the in-memory counters. Cheap to clone: every clone (each
 /// worker's copy of the webhook face) counts into the same ones.
 #[derive(Clone)]
 pub struct Traffic {
-    pending: Arc<Mutex<HashMap<String, EndpointCounts>>>,
+    pending: Arc<Mutex<HashMap<String, EndpointCounts, RandomState>>>,
     /// Which minute a delivery is counted in: the store's clock, which
     /// tests move by hand.
     clock: SharedClock,

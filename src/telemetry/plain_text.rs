@@ -18,6 +18,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
+use std::thread::LocalKey;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -135,6 +136,23 @@ thread_local! {
 /// field does not hold its memory for the life of the thread.
 const BUFFER_KEPT: usize = 4096;
 
+/// Runs `use_it` on the thread's `buffer`, emptied; `None` when the buffer
+/// is already in use further up this thread's stack.
+fn with_buffer<T>(
+    buffer: &'static LocalKey<RefCell<String>>,
+    use_it: impl FnOnce(&mut String) -> T,
+) -> Option<T> {
+    buffer.with(|buffer| {
+        let mut text = buffer.try_borrow_mut().ok()?;
+        text.clear();
+        let result = use_it(&mut text);
+        if text.capacity() > BUFFER_KEPT {
+            *text = String::new();
+        }
+        Some(result)
+    })
+}
+
 impl<'writer> FormatFields<'writer> for PlainFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
         // The buffer's writer is `Writer::new`'s: plain, sanitising. Any
@@ -143,19 +161,14 @@ impl<'writer> FormatFields<'writer> for PlainFields {
         if writer.has_ansi_escapes() || !writer.sanitizes_ansi_escapes() {
             return record_plain(writer, fields);
         }
-        FIELDS.with(|buffer| match buffer.try_borrow_mut() {
-            Ok(mut buffer) => {
-                buffer.clear();
-                let formatted = record_plain(Writer::new(&mut *buffer), &fields);
-                let mut writer = writer;
-                let written = formatted.and_then(|()| writer.write_str(&buffer));
-                if buffer.capacity() > BUFFER_KEPT {
-                    *buffer = String::new();
-                }
-                written
-            }
-            Err(_) => record_plain(writer, fields),
-        })
+        let mut writer = writer;
+        let buffered = with_buffer(&FIELDS, |buffer| {
+            record_plain(Writer::new(buffer), &fields).and_then(|()| writer.write_str(buffer))
+        });
+        match buffered {
+            Some(written) => written,
+            None => record_plain(writer, fields),
+        }
     }
 }
 
@@ -217,20 +230,16 @@ impl PlainVisitor<'_> {
         if self.writer.has_ansi_escapes() || self.result.is_err() {
             return false;
         }
-        MESSAGE.with(|buffer| {
-            let Ok(mut text) = buffer.try_borrow_mut() else {
-                return false;
-            };
-            text.clear();
+        // Otherwise (escapes, or the buffer in use) the default formats the
+        // message again and writes it, escaped.
+        with_buffer(&MESSAGE, |text| {
             let plain = write!(text, "{value:?}").is_ok() && !text.chars().any(escaped_by_default);
             if plain {
-                self.result = self.separate().and_then(|()| self.writer.write_str(&text));
-            }
-            if text.capacity() > BUFFER_KEPT {
-                *text = String::new();
+                self.result = self.separate().and_then(|()| self.writer.write_str(text));
             }
             plain
         })
+        .unwrap_or(false)
     }
 
     /// A space before every field but the first.

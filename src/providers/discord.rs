@@ -110,7 +110,6 @@ fn event_type(payload: &Value) -> Option<String> {
     }
 }
 
-#[async_trait::async_trait]
 impl Provider for Discord {
     fn name(&self) -> &'static str {
         "discord"

@@ -28,6 +28,7 @@ pub use standard_webhooks::StandardWebhooks;
 
 use actix_web::http::header::{HeaderMap, HeaderName};
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -105,16 +106,19 @@ pub struct HandshakeReply {
     pub body: Vec<u8>,
 }
 
-#[async_trait::async_trait]
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The name used in configuration (`provider = "..."`).
     fn name(&self) -> &'static str;
 
     /// Work a verification needs done away from the request's thread before
     /// [`Provider::verify`]: fetching a signing certificate (PayPal). Most
-    /// schemes need none.
-    async fn prepare(&self, _headers: &HeaderMap) -> Result<(), Rejection> {
-        Ok(())
+    /// schemes need none, and say so with `None` rather than a future that
+    /// does nothing: a boxed future is an allocation on every request.
+    fn prepare<'a>(
+        &'a self,
+        _headers: &'a HeaderMap,
+    ) -> Option<BoxFuture<'a, Result<(), Rejection>>> {
+        None
     }
 
     /// Checks the signature (every item's, where each item is signed) and

@@ -258,7 +258,6 @@ fn signed_parts<'a>(id: &'a str, timestamp: &'a str, body: &'a [u8]) -> [&'a [u8
     [id.as_bytes(), b".", timestamp.as_bytes(), b".", body]
 }
 
-#[async_trait::async_trait]
 impl Provider for StandardWebhooks {
     fn name(&self) -> &'static str {
         self.name

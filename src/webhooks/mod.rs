@@ -259,39 +259,21 @@ async fn answer(
     let provider = endpoint.provider.name();
     metrics::delivery_received(&endpoint.name, provider);
     let refuse = |problem: Problem, detail: Option<String>| {
-        metrics::delivery_rejected(&endpoint.name, provider, problem.slug(), started.elapsed());
-        webhooks.traffic.record(
-            &endpoint.name,
-            traffic::Outcome::rejected(problem.slug()),
-            started.elapsed(),
-        );
-        Answered::refused(&problem, detail)
+        refused(webhooks, &endpoint, problem, detail, started)
     };
     let body = match crate::body::read_limited(request.headers(), payload, endpoint.max_body).await
     {
         Ok(body) => body,
         Err(problem) => return refuse(problem, None),
     };
-    let provider_ref = endpoint.provider.as_ref();
-    let refuse_rejection = |rejection: Rejection| {
-        let mut problem = Problem::from(&rejection);
-        if rejection == Rejection::InvalidSignature
-            && let Some(status) = provider_ref.invalid_signature_status()
-            && let Ok(status) = actix_web::http::StatusCode::from_u16(status)
-        {
-            problem.status = status.as_u16();
-        }
-        refuse(problem, Some(rejection.to_string()))
-    };
+    let refuse_rejection =
+        |rejection: Rejection| refused_rejection(webhooks, &endpoint, rejection, started);
     // Created only when exported (it is at debug): the provider's
     // preparation (a certificate fetched) and the signature check.
     let verifying = tracing::debug_span!("verify");
-    let prepared = endpoint
-        .provider
-        .prepare(request.headers())
-        .instrument(verifying.clone())
-        .await;
-    if let Err(rejection) = prepared {
+    if let Some(preparing) = endpoint.provider.prepare(request.headers())
+        && let Err(rejection) = preparing.instrument(verifying.clone()).await
+    {
         traced::refused(&verifying, &rejection);
         return refuse_rejection(rejection);
     }
@@ -319,15 +301,47 @@ async fn answer(
     if let Some(answered) = replay_early(webhooks, &endpoint, &signed, &body_fingerprint, started) {
         return answered;
     }
+    // Boxed: what follows (the parse, the claim, the handlers) would
+    // otherwise size the future of every request, a repeat's too. Inline
+    // it made the boxed handler future over 1 KiB, a size glibc serves
+    // from its large bins after consolidating the fast ones: a
+    // `malloc_consolidate` per request.
+    Box::pin(answer_fresh(
+        webhooks,
+        &endpoint,
+        &signed,
+        &body,
+        &verified,
+        body_fingerprint,
+        verifying,
+        started,
+    ))
+    .await
+}
+
+/// The rest of [`answer`] for a delivery the replay cache did not answer:
+/// parsed, claimed and processed.
+#[allow(clippy::too_many_arguments)]
+async fn answer_fresh(
+    webhooks: &Webhooks,
+    endpoint: &Arc<Endpoint>,
+    signed: &SignedRequest<'_>,
+    body: &Bytes,
+    verified: &Verified,
+    body_fingerprint: String,
+    verifying: tracing::Span,
+    started: Instant,
+) -> Answered {
+    let provider = endpoint.provider.name();
     // Read here, once verified, rather than on arrival: a repeat answered
     // from memory above never needs it.
     let received_at = webhooks.engine().store().clock().naive_now();
     let incoming = verifying.in_scope(|| {
         deliveries_of(
-            &endpoint,
-            &signed,
-            &body,
-            &verified,
+            endpoint,
+            signed,
+            body,
+            verified,
             body_fingerprint,
             received_at,
         )
@@ -336,7 +350,7 @@ async fn answer(
         Ok(incoming) => incoming,
         Err(rejection) => {
             traced::refused(&verifying, &rejection);
-            return refuse_rejection(rejection);
+            return refused_rejection(webhooks, endpoint, rejection, started);
         }
     };
     drop(verifying);
@@ -364,7 +378,7 @@ async fn answer(
     for (claim, event) in deliveries {
         // Boxed: inline, it made this request's future 16 KiB (against 1
         // KiB), held by every request in flight.
-        let result = Box::pin(process_one(webhooks, &endpoint, claim, event, span.clone())).await;
+        let result = Box::pin(process_one(webhooks, endpoint, claim, event, span.clone())).await;
         let Some(result) = result else {
             let problem = Problem::processing_failed();
             metrics::delivery_failed(&endpoint.name, provider, problem.slug(), started.elapsed());
@@ -396,6 +410,48 @@ async fn answer(
         }
     }
     respond_to(endpoint.provider.as_ref(), results, batch)
+}
+
+/// A refused delivery's answer, counted in the metrics and the traffic.
+fn refused(
+    webhooks: &Webhooks,
+    endpoint: &Endpoint,
+    problem: Problem,
+    detail: Option<String>,
+    started: Instant,
+) -> Answered {
+    let provider = endpoint.provider.name();
+    metrics::delivery_rejected(&endpoint.name, provider, problem.slug(), started.elapsed());
+    webhooks.traffic.record(
+        &endpoint.name,
+        traffic::Outcome::rejected(problem.slug()),
+        started.elapsed(),
+    );
+    Answered::refused(&problem, detail)
+}
+
+/// A refused verification's answer: its problem, with the provider's own
+/// status for a bad signature where it has one.
+fn refused_rejection(
+    webhooks: &Webhooks,
+    endpoint: &Endpoint,
+    rejection: Rejection,
+    started: Instant,
+) -> Answered {
+    let mut problem = Problem::from(&rejection);
+    if rejection == Rejection::InvalidSignature
+        && let Some(status) = endpoint.provider.invalid_signature_status()
+        && let Ok(status) = actix_web::http::StatusCode::from_u16(status)
+    {
+        problem.status = status.as_u16();
+    }
+    refused(
+        webhooks,
+        endpoint,
+        problem,
+        Some(rejection.to_string()),
+        started,
+    )
 }
 
 /// The request's first delivery on its span: its id and event type.

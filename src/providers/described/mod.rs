@@ -371,7 +371,6 @@ impl Described {
     }
 }
 
-#[async_trait::async_trait]
 impl Provider for Described {
     fn name(&self) -> &'static str {
         self.name

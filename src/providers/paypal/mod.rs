@@ -54,6 +54,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use certificate::Certificate;
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use quick_cache::sync::Cache;
 use serde_json::Value;
 use std::path::Path;
@@ -292,14 +293,16 @@ const RETRY_WINDOW: RetryWindow = RetryWindow::Retries {
     source: "https://developer.paypal.com/api/rest/webhooks/",
 };
 
-#[async_trait::async_trait]
 impl Provider for PayPal {
     fn name(&self) -> &'static str {
         "paypal"
     }
 
-    async fn prepare(&self, headers: &HeaderMap) -> Result<(), Rejection> {
-        self.fetch_certificate(headers).await
+    fn prepare<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> Option<BoxFuture<'a, Result<(), Rejection>>> {
+        Some(Box::pin(self.fetch_certificate(headers)))
     }
 
     fn verify(

@@ -6,6 +6,12 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
+/// The most signatures one request may carry. A list of them is checked
+/// against every configured secret, and an ed25519 signature costs a pass
+/// over the whole body each, so an unbounded list would let a sender
+/// multiply the work of a single delivery. A rotation sends two or three.
+pub const MAX_SIGNATURES: usize = 16;
+
 /// The hash under an HMAC scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -87,9 +93,16 @@ pub fn verify_any(
     parts: &[&[u8]],
     candidates: &[Vec<u8>],
 ) -> bool {
+    // The tag is computed once, however many candidates there are: one HMAC
+    // of the body per secret, not one per candidate. Every candidate is
+    // still compared, so the time does not tell which one matched.
+    if candidates.is_empty() {
+        return false;
+    }
+    let expected = sign(algorithm, key, parts);
     candidates
         .iter()
-        .any(|candidate| verify(algorithm, key, parts, candidate))
+        .fold(false, |any, candidate| equal(&expected, candidate) | any)
 }
 
 /// The index of the first of `secrets` under which any of `candidates` is the
@@ -167,6 +180,33 @@ mod tests {
         assert!(!verify(Algorithm::Sha256, KEY, &[DATA], &tag[..31]));
         assert!(!verify(Algorithm::Sha256, KEY, &[DATA], &[]));
         assert!(!verify(Algorithm::Sha256, b"other", &[DATA], &tag));
+    }
+
+    #[test]
+    fn any_candidate_of_the_right_length_and_value_verifies() {
+        let tag = sign(Algorithm::Sha256, KEY, &[DATA]);
+        let wrong = vec![0u8; 32];
+        let short = tag[..31].to_vec();
+        assert!(verify_any(
+            Algorithm::Sha256,
+            KEY,
+            &[DATA],
+            &[wrong.clone(), short.clone(), tag.clone()]
+        ));
+        assert!(verify_any(
+            Algorithm::Sha256,
+            KEY,
+            &[DATA],
+            &[tag.clone(), wrong.clone()]
+        ));
+        assert!(!verify_any(
+            Algorithm::Sha256,
+            KEY,
+            &[DATA],
+            &[wrong, short, Vec::new()]
+        ));
+        assert!(!verify_any(Algorithm::Sha256, KEY, &[DATA], &[]));
+        assert!(!verify_any(Algorithm::Sha256, b"other", &[DATA], &[tag]));
     }
 
     #[test]

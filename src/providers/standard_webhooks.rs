@@ -22,7 +22,7 @@
 //! `sign` uses the first `whsec_` key; an endpoint with only public keys
 //! cannot sign, since the receiver has no private key.
 
-use super::mac::{self, Algorithm};
+use super::mac::{self, Algorithm, MAX_SIGNATURES};
 use super::secrets::parse_each;
 use super::{
     Delivery, Provider, ProviderConfigError, ProviderSpec, Rejection, RetryWindow, SignError,
@@ -217,6 +217,11 @@ impl StandardWebhooks {
                     "expected space-separated v1,<base64> or v1a,<base64> entries",
                 ));
             };
+            if matches!(version, "v1" | "v1a")
+                && candidates.hmac.len() + candidates.ed25519.len() == MAX_SIGNATURES
+            {
+                return Err(malformed("it carries more than 16 signatures"));
+            }
             match version {
                 "v1" => {
                     let decoded = STANDARD
@@ -419,6 +424,34 @@ mod tests {
             verify(&p, &list, TIMESTAMP),
             Ok(Verified { secret_index: 1 })
         );
+    }
+
+    #[test]
+    fn at_most_sixteen_signatures_are_checked() {
+        let p = provider(&[SECRET]);
+        let wrong = format!("v1,{}", STANDARD.encode([7u8; 32]));
+        // Fifteen wrong ones and the right one last: checked, and it matches.
+        let sixteen = format!("{} {SIGNATURE}", vec![wrong.as_str(); 15].join(" "));
+        assert_eq!(
+            verify(&p, &sixteen, TIMESTAMP),
+            Ok(Verified { secret_index: 0 })
+        );
+        // Entries of versions this verifier does not check cost nothing and
+        // are not counted.
+        let with_foreign = format!("{} {sixteen}", vec!["v2,AAAA"; 40].join(" "));
+        assert_eq!(
+            verify(&p, &with_foreign, TIMESTAMP),
+            Ok(Verified { secret_index: 0 })
+        );
+        // A seventeenth `v1` or `v1a` entry refuses the header before any
+        // HMAC is computed, whichever entry would have matched.
+        for extra in [wrong.as_str(), "v1a,AAAA"] {
+            let seventeen = format!("{SIGNATURE} {} {extra}", vec![wrong.as_str(); 15].join(" "));
+            assert!(
+                malformed_in(&verify(&p, &seventeen, TIMESTAMP), "webhook-signature"),
+                "{extra}"
+            );
+        }
     }
 
     #[test]

@@ -50,6 +50,24 @@ both_backends! {
 }
 
 both_backends! {
+    async fn more_than_sixteen_signatures_are_400_and_store_nothing(app) {
+        let body = payment("pay_many", 100);
+        let good = app.signed_headers("msg_many", now(), &body);
+        let wrong = format!("v1,{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]));
+        // The right signature among seventeen: refused as a malformed header
+        // before any of them is checked.
+        let seventeen = format!("{} {}", vec![wrong.as_str(); 16].join(" "), good[2].1);
+        assert_refused(app, with_signature(good.clone(), &seventeen), body.clone(), 400, "malformed-header").await;
+        // Among sixteen it is checked and the delivery goes through.
+        let sixteen = format!("{} {}", vec![wrong.as_str(); 15].join(" "), good[2].1);
+        let response = app.post(&with_signature(good.clone(), &sixteen), body.clone()).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(app.count("deliveries").await, 1);
+        assert_eq!(app.ledger_rows().await, 1);
+    }
+}
+
+both_backends! {
     async fn stale_and_future_timestamps_are_refused(app) {
         let body = payment("pay_t", 100);
         let stale = app.signed_headers("msg_old", now() - 600, &body);

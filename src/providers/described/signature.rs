@@ -8,10 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
-/// The most signatures one value may carry. Each is checked against every
-/// secret with an HMAC of the whole body, so an unbounded list would let a
-/// sender multiply the work of a single delivery.
-pub const MAX_SIGNATURES: usize = 16;
+use crate::providers::mac::MAX_SIGNATURES;
 
 /// One signature found, decoded.
 pub struct Candidate {

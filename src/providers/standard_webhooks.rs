@@ -120,7 +120,7 @@ struct Headers<'a> {
 /// The decoded entries of a signature header that this verifier can check.
 #[derive(Default)]
 struct Candidates {
-    /// `v1` entries, of any length: `mac::verify` refuses a wrong one.
+    /// `v1` entries, of any length: `mac::verify_any` refuses a wrong one.
     hmac: Vec<Vec<u8>>,
     /// `v1a` entries of the one possible length.
     ed25519: Vec<Signature>,

@@ -12,6 +12,11 @@ use subtle::ConstantTimeEq;
 /// multiply the work of a single delivery. A rotation sends two or three.
 pub const MAX_SIGNATURES: usize = 16;
 
+/// Why a list past [`MAX_SIGNATURES`] is refused: the one wording every
+/// scheme answers with (a `'static` reason cannot be formatted, so a test
+/// keeps the number in it in step with the constant).
+pub const TOO_MANY_SIGNATURES: &str = "it carries more than 16 signatures";
+
 /// The hash under an HMAC scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -180,6 +185,14 @@ mod tests {
         assert!(!verify(Algorithm::Sha256, KEY, &[DATA], &tag[..31]));
         assert!(!verify(Algorithm::Sha256, KEY, &[DATA], &[]));
         assert!(!verify(Algorithm::Sha256, b"other", &[DATA], &tag));
+    }
+
+    #[test]
+    fn the_refusal_names_the_cap() {
+        assert_eq!(
+            TOO_MANY_SIGNATURES,
+            format!("it carries more than {MAX_SIGNATURES} signatures")
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! `sign` uses the first `whsec_` key; an endpoint with only public keys
 //! cannot sign, since the receiver has no private key.
 
-use super::mac::{self, Algorithm, MAX_SIGNATURES};
+use super::mac::{self, Algorithm, MAX_SIGNATURES, TOO_MANY_SIGNATURES};
 use super::secrets::parse_each;
 use super::{
     Delivery, Provider, ProviderConfigError, ProviderSpec, Rejection, RetryWindow, SignError,
@@ -220,7 +220,7 @@ impl StandardWebhooks {
             if matches!(version, "v1" | "v1a")
                 && candidates.hmac.len() + candidates.ed25519.len() == MAX_SIGNATURES
             {
-                return Err(malformed("it carries more than 16 signatures"));
+                return Err(malformed(TOO_MANY_SIGNATURES));
             }
             match version {
                 "v1" => {

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::Value;
 
-use crate::providers::mac::MAX_SIGNATURES;
+use crate::providers::mac::{MAX_SIGNATURES, TOO_MANY_SIGNATURES};
 
 /// One signature found, decoded.
 pub struct Candidate {
@@ -55,7 +55,7 @@ pub fn parse<'a>(signature: &Signature, value: &'a str) -> Result<Found<'a>, Rej
     };
     let push = |found: &mut Found<'a>, key_id: Option<&str>, text: &str| {
         if found.candidates.len() == MAX_SIGNATURES {
-            return Err(malformed("it carries more than 16 signatures"));
+            return Err(malformed(TOO_MANY_SIGNATURES));
         }
         found.candidates.push(Candidate {
             key_id: key_id.map(str::to_owned),

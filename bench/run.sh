@@ -476,6 +476,34 @@ fi
 # The loop of the minimal transaction, the receiver with group commit on
 # (its default) and the receiver with it off take turns, ROUNDS times, on
 # one database file, each server started for its run.
+
+# What bounds SQLite's fresh figure is the one writer, not the cores (the
+# machine is about half idle): its thread's CPU over the run says how much
+# of the time it executed statements, and the server's own histogram how
+# many deliveries each COMMIT made durable. The rest of the writer's time
+# is a group's COMMIT on the blocking pool (the write, the fsync and the
+# wake-ups around them) and waiting for the next delivery.
+writer_ticks() { # pid: CPU ticks of the SQLite writer thread (0 before it starts)
+  local t
+  for t in /proc/"$1"/task/*; do
+    if [ "$(cat "$t/comm" 2>/dev/null)" = sqlite-writer ]; then
+      awk '{ print $14 + $15 }' "$t/stat"
+      return 0
+    fi
+  done
+  echo 0
+}
+group_members() { # port: mean members per COMMIT since the server started
+  curl -fs "http://127.0.0.1:$1/metrics" | awk '
+    /^ir_sqlite_commit_group_members_sum / { s = $2 }
+    /^ir_sqlite_commit_group_members_count / { c = $2 }
+    END { if (c > 0) printf "%.1f", s / c; else printf "—" }'
+}
+writer_note() { # ticks-before ticks-after port
+  awk -v t=$(($2 - $1)) -v d="$DURATION" -v hz="$(getconf CLK_TCK)" -v m="$(group_members "$3")" \
+    'BEGIN { printf "writer busy %.0f %%, %s members per COMMIT", 100 * t / (d * hz), m }'
+}
+
 if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
   sqlite_url="sqlite://$WORK/data/receiver.db"
   # A build from before `sqlite_group_commit` (issue #15) refuses the key
@@ -502,7 +530,9 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
     loop=$(echo "$l" | field tps)
     row sqlite "sqliteloop: the minimal transaction, one durable commit each (tps), round $round" "$loop" "—" "$(lat "$l")" "check $(echo "$l" | field check)"
     start_server "$sqlite_url" "$port"
+    w0=$(writer_ticks "$SERVER_PID")
     r=$(loadgen "sqlite-fresh-$round" "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY")
+    writer=$(writer_note "$w0" "$(writer_ticks "$SERVER_PID")" "$port")
     stop_server
     on=$(echo "$r" | field rps)
     loop_all+=("$loop") on_all+=("$on") on_loop+=("$(ratio "$on" "$loop")")
@@ -514,10 +544,10 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
       stop_server
       off=$(echo "$r_off" | field rps)
       off_all+=("$off") on_off+=("$(ratio "$on" "$off")") off_loop+=("$(ratio "$off" "$loop")")
-      record sqlite "receiver fresh, round $round" "$r" "$(ratio "$on" "$loop") ÷ loop, $(ratio "$on" "$off") ÷ group commit off"
+      record sqlite "receiver fresh, round $round" "$r" "$(ratio "$on" "$loop") ÷ loop, $(ratio "$on" "$off") ÷ group commit off; $writer"
       record sqlite "receiver fresh, group commit off, round $round" "$r_off" "$(ratio "$off" "$loop") ÷ loop"
     else
-      record sqlite "receiver fresh, round $round" "$r" "$(ratio "$on" "$loop") ÷ loop"
+      record sqlite "receiver fresh, round $round" "$r" "$(ratio "$on" "$loop") ÷ loop; $writer"
     fi
   done
   sqlite_loop=$(median "${loop_all[@]}") sqlite_fresh=$(median "${on_all[@]}")

@@ -481,10 +481,6 @@ EOF
 fi
 
 # --- the embedded SQLite default ------------------------------------------
-# The loop of the minimal transaction, the receiver with group commit on
-# (its default) and the receiver with it off take turns, ROUNDS times, on
-# one database file, each server started for its run.
-
 # What bounds SQLite's fresh figure is the one writer, not the cores (the
 # machine is about half idle): its thread's CPU over the run says how much
 # of the time it executed statements, and the server's own histogram how
@@ -512,6 +508,9 @@ writer_note() { # ticks-before ticks-after port
     'BEGIN { printf "writer busy %.0f %%, %s members per COMMIT", 100 * t / (d * hz), m }'
 }
 
+# The loop of the minimal transaction, the receiver with group commit on
+# (its default) and the receiver with it off take turns, ROUNDS times, on
+# one database file, each server started for its run.
 if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
   sqlite_url="sqlite://$WORK/data/receiver.db"
   # A build from before `sqlite_group_commit` (issue #15) refuses the key

@@ -132,9 +132,13 @@ say() { printf '\n==> %s %s\n' "$(date +%T)" "$*" >&2; }
 
 # Where the CPU went during a run: the client's own (pgbench, loadgen or
 # sqliteloop, from /usr/bin/time), the server's (the receiver's, or nginx's
-# master and workers when CPU_PID names it, from /proc/PID/stat), and the
-# rest of the machine's busy time, which is PostgreSQL (and its background
-# writers) plus whatever else ran. Shares of both cores' time, idle included.
+# master and workers when CPU_PID names it, from /proc/PID/stat),
+# PostgreSQL's (every `postgres` process, and through the postmaster's
+# children's ticks the backends that exited during the run), and the rest
+# of the machine's busy time: anything else that ran, and the kernel's
+# interrupt work where the kernel charges it to no process
+# (CONFIG_IRQ_TIME_ACCOUNTING; without it, a tick in a softirq counts for
+# the process it interrupted). Shares of both cores' time, idle included.
 CPU=$WORK/cpu
 CPU_PID=
 stat_ticks() { awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $5+$6 }' /proc/stat; }
@@ -145,18 +149,41 @@ proc_ticks() { # pid: its CPU ticks and its children's (nginx's workers)
   for p in "$1" $(ps -o pid= --ppid "$1"); do cat "/proc/$p/stat" 2>/dev/null || true; done |
     awk '{ s += $14 + $15 } END { print s + 0 }'
 }
-cpu_begin() { read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks); CPU_SERVER0=$(proc_ticks "${CPU_PID:-$SERVER_PID}"); }
-cpu_end() { # label client-time-file
-  local busy1 idle1 server1 client
-  read -r busy1 idle1 < <(stat_ticks)
-  server1=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
-  client=$(awk '{ printf "%d", ($1 + $2) * 100 }' "$2" 2>/dev/null || echo 0)
-  awk -v label="$1" -v busy=$((busy1 - CPU_BUSY0)) -v idle=$((idle1 - CPU_IDLE0)) \
-    -v server=$((server1 - CPU_SERVER0)) -v client="$client" 'BEGIN {
+# PostgreSQL's ticks: every live `postgres` process's own, plus the reaped
+# children's ticks of the postmaster (the processes whose parent is not a
+# `postgres`), so that a backend that exits between two readings still
+# counts: its ticks move into its parent's when it is reaped.
+pg_ticks() {
+  local pids p
+  pids=$(pgrep -x postgres | tr '\n' ' ' || true)
+  if [ -z "$pids" ]; then echo 0; return; fi
+  for p in $pids; do cat "/proc/$p/stat" 2>/dev/null || true; done |
+    awk -v pids="$pids" 'BEGIN { n = split(pids, a, " "); for (i = 1; i <= n; i++) pg[a[i]] = 1 }
+      { s += $14 + $15; if (!($4 in pg)) s += $16 + $17 } END { print s + 0 }'
+}
+cpu_begin() {
+  read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks)
+  CPU_SERVER0=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
+  CPU_PG0=$(pg_ticks)
+}
+# The readings at the end of a run; cpu_row then writes its row.
+cpu_stop() {
+  read -r CPU_BUSY1 CPU_IDLE1 < <(stat_ticks)
+  CPU_SERVER1=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
+  CPU_PG1=$(pg_ticks)
+}
+cpu_row() { # label client-ticks
+  awk -v label="$1" -v busy=$((CPU_BUSY1 - CPU_BUSY0)) -v idle=$((CPU_IDLE1 - CPU_IDLE0)) \
+    -v server=$((CPU_SERVER1 - CPU_SERVER0)) -v pg=$((CPU_PG1 - CPU_PG0)) -v client="$2" 'BEGIN {
       all = busy + idle; if (all <= 0) all = 1
-      rest = busy - server - client; if (rest < 0) rest = 0
-      printf "| %s | %.0f %% | %.0f %% | %.0f %% | %.0f %% |\n", label, 100 * rest / all, 100 * server / all, 100 * client / all, 100 * idle / all
+      if (pg < 0) pg = 0
+      rest = busy - server - client - pg; if (rest < 0) rest = 0
+      printf "| %s | %.0f %% | %.0f %% | %.0f %% | %.0f %% | %.0f %% |\n", label, 100 * pg / all, 100 * server / all, 100 * client / all, 100 * rest / all, 100 * idle / all
     }' >>"$CPU"
+}
+cpu_end() { # label client-time-file (/usr/bin/time's "%U %S")
+  cpu_stop
+  cpu_row "$1" "$(awk '{ printf "%d", ($1 + $2) * 100 }' "$2" 2>/dev/null || echo 0)"
 }
 
 # Every measured run starts from the same state: fresh statistics and no
@@ -295,19 +322,52 @@ stop_nginx() {
 }
 
 # LG_ENDPOINT: the endpoint to post to (default bench). LG_SERVER: what
-# answers, for the CPU table (default receiver).
+# answers, for the CPU table (default receiver). The CPU is read between
+# loadgen's marks: its measured phase, without the ids it processes first
+# for `replay` or the effects it counts afterwards; the client's share is
+# loadgen's own over the same phase (its RESULT's client_ticks).
 loadgen() { # label database_url (empty: no effect check) port scenario extra-args...
-  local label=$1 url=$2 port=$3 scenario=$4
+  local label=$1 url=$2 port=$3 scenario=$4 pid ticks
   shift 4
   settle
   say "loadgen $label"
-  cpu_begin
-  /usr/bin/time -o "$WORK/time.$label" -f '%U %S' "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint "${LG_ENDPOINT:-bench}" --secret "$SECRET" \
+  # A FIFO, held open here for reading and writing: loadgen's writes never
+  # block, and the marks are read as they come, with no polling to add CPU
+  # of its own to the run's.
+  rm -f "$WORK/marks"
+  mkfifo "$WORK/marks"
+  exec 3<>"$WORK/marks"
+  "$LOADGEN" --url "http://127.0.0.1:$port" --endpoint "${LG_ENDPOINT:-bench}" --secret "$SECRET" \
     --scenario "$scenario" --duration "$DURATION" --requests 100000000 \
-    --replay-keys "$REPLAY_KEYS" --storm-copies "$STORM_COPIES" \
-    ${url:+--database-url "$url"} --label "$label" "$@" | tee -a "$WORK/loadgen.txt" >&2
-  cpu_end "${LG_SERVER:-receiver} $label (loadgen)" "$WORK/time.$label"
+    --replay-keys "$REPLAY_KEYS" --storm-copies "$STORM_COPIES" --marks "$WORK/marks" \
+    ${url:+--database-url "$url"} --label "$label" "$@" >"$WORK/loadgen.out" &
+  pid=$!
+  await_mark start "$pid"
+  cpu_begin
+  await_mark end "$pid"
+  cpu_stop
+  wait "$pid" || true
+  exec 3<&-
+  tee -a "$WORK/loadgen.txt" <"$WORK/loadgen.out" >&2
+  ticks=$(grep "^RESULT label=$label " "$WORK/loadgen.out" | tail -n 1 | field client_ticks)
+  case $ticks in '' | *[!0-9]*) ticks=0 ;; esac
+  cpu_row "${LG_SERVER:-receiver} $label (loadgen)" "$ticks"
   grep "^RESULT label=$label " "$WORK/loadgen.txt" | tail -n 1
+}
+
+# Waits until loadgen (pid) has written the mark to the FIFO on fd 3, or
+# has exited (a zombie until it is waited for: its state is Z). Builtins
+# only: no process is started while a run is measured.
+await_mark() { # mark pid
+  local mark state
+  while :; do
+    if read -r -t 1 mark <&3; then
+      [ "$mark" = "$1" ] && return 0
+      continue
+    fi
+    read -r _ _ state _ <"/proc/$2/stat" 2>/dev/null || return 0
+    [ "$state" = Z ] && return 0
+  done
 }
 
 record() { # backend label result-line [ratio-text]
@@ -937,10 +997,10 @@ if [ -s "$RESULTS" ]; then
   cat "$RESULTS"
 fi
 echo
-echo "Where the CPU went (share of both cores; \"server\" is the receiver, or nginx's master and workers in nginx's runs; \"database + rest\" is PostgreSQL and anything else that ran):"
+echo "Where the CPU went (share of both cores; \"server\" is the receiver, or nginx's master and workers in nginx's runs; \"rest\" is anything else that ran):"
 echo
-echo "| run | database + rest | server | client | idle |"
-echo "|---|---|---|---|---|"
+echo "| run | PostgreSQL | server | client | rest | idle |"
+echo "|---|---|---|---|---|---|"
 cat "$CPU"
 if [ "$QUEUE" != 0 ]; then
   echo

@@ -80,6 +80,13 @@ struct Args {
     /// are not queueing delays.
     #[arg(long)]
     rate: Option<f64>,
+    /// Append `start` to this file when the measured phase begins and `end`
+    /// when it ends: after the ids that `replay` repeats are processed, and
+    /// before the effects are counted. bench/run.sh reads the server's and
+    /// PostgreSQL's CPU between the two, so that neither the preparation
+    /// nor the check is charged to the run.
+    #[arg(long)]
+    marks: Option<std::path::PathBuf>,
 }
 
 /// What a worker's requests add up to; merged into one at the end, so that
@@ -263,6 +270,8 @@ async fn run() -> anyhow::Result<bool> {
         Scenario::Storm => (concurrency / args.storm_copies.max(1)).max(1),
         _ => concurrency,
     };
+    mark(args.marks.as_deref(), "start")?;
+    let ticks_before = own_cpu_ticks();
     let started = Instant::now();
     // Each worker's ticker: `workers / rate` seconds apart, the workers'
     // first ticks spread over one period.
@@ -319,6 +328,10 @@ async fn run() -> anyhow::Result<bool> {
         tally.merge(task.await.context("a worker panicked")??);
     }
     let elapsed = started.elapsed();
+    let client_ticks = own_cpu_ticks()
+        .zip(ticks_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    mark(args.marks.as_deref(), "end")?;
 
     let effects = match &args.database_url {
         Some(url) => Some(count_effects(url, &args.endpoint, &driver.prefix).await?),
@@ -328,7 +341,40 @@ async fn run() -> anyhow::Result<bool> {
         .label
         .clone()
         .unwrap_or_else(|| format!("{:?}", args.scenario).to_lowercase());
-    Ok(report(&label, concurrency, elapsed, tally, effects))
+    Ok(report(
+        &label,
+        concurrency,
+        elapsed,
+        tally,
+        effects,
+        client_ticks,
+    ))
+}
+
+/// Appends `what` and a newline to `marks`, if given.
+fn mark(marks: Option<&std::path::Path>, what: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let Some(path) = marks else { return Ok(()) };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening the marks file {}", path.display()))?;
+    file.write_all(format!("{what}\n").as_bytes())
+        .with_context(|| format!("writing the marks file {}", path.display()))
+}
+
+/// This process's CPU so far, user and system, in clock ticks
+/// (`/proc/self/stat`); `None` where there is no such file.
+fn own_cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // count from the last `)`. utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// Processes the ids that `replay` will repeat; not measured.
@@ -409,6 +455,7 @@ fn report(
     elapsed: Duration,
     tally: Tally,
     effects: Option<HashMap<String, i64>>,
+    client_ticks: Option<u64>,
 ) -> bool {
     let mut latencies = tally.latencies_us;
     latencies.sort_unstable();
@@ -454,7 +501,7 @@ fn report(
         verdict(bodies_identical),
     );
     println!(
-        "RESULT label={label} rps={rps:.1} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} max_ms={:.3} requests={sent} one_effect={} bodies_identical={} bad_status={bad_status} statuses={}",
+        "RESULT label={label} rps={rps:.1} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} max_ms={:.3} requests={sent} one_effect={} bodies_identical={} bad_status={bad_status} statuses={} client_ticks={}",
         percentile(&latencies, 50.0),
         percentile(&latencies, 90.0),
         percentile(&latencies, 99.0),
@@ -462,6 +509,7 @@ fn report(
         one_effect.map_or("unchecked", verdict),
         verdict(bodies_identical),
         statuses.replace(' ', ","),
+        client_ticks.map_or("unknown".to_owned(), |ticks| ticks.to_string()),
     );
     !bad_status && bodies_identical && one_effect.unwrap_or(true)
 }

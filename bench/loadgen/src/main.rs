@@ -500,16 +500,17 @@ fn report(
         one_effect.map_or("not checked", verdict),
         verdict(bodies_identical),
     );
+    // `statuses` last: bench/run.sh reads it as the rest of the line.
     println!(
-        "RESULT label={label} rps={rps:.1} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} max_ms={:.3} requests={sent} one_effect={} bodies_identical={} bad_status={bad_status} statuses={} client_ticks={}",
+        "RESULT label={label} rps={rps:.1} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} max_ms={:.3} requests={sent} one_effect={} bodies_identical={} bad_status={bad_status} client_ticks={} statuses={}",
         percentile(&latencies, 50.0),
         percentile(&latencies, 90.0),
         percentile(&latencies, 99.0),
         percentile(&latencies, 100.0),
         one_effect.map_or("unchecked", verdict),
         verdict(bodies_identical),
-        statuses.replace(' ', ","),
         client_ticks.map_or("unknown".to_owned(), |ticks| ticks.to_string()),
+        statuses.replace(' ', ","),
     );
     !bad_status && bodies_identical && one_effect.unwrap_or(true)
 }

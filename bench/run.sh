@@ -327,7 +327,7 @@ stop_nginx() {
 # for `replay` or the effects it counts afterwards; the client's share is
 # loadgen's own over the same phase (its RESULT's client_ticks).
 loadgen() { # label database_url (empty: no effect check) port scenario extra-args...
-  local label=$1 url=$2 port=$3 scenario=$4 pid ticks
+  local label=$1 url=$2 port=$3 scenario=$4 pid result ticks
   shift 4
   settle
   say "loadgen $label"
@@ -349,10 +349,11 @@ loadgen() { # label database_url (empty: no effect check) port scenario extra-ar
   wait "$pid" || true
   exec 3<&-
   tee -a "$WORK/loadgen.txt" <"$WORK/loadgen.out" >&2
-  ticks=$(grep "^RESULT label=$label " "$WORK/loadgen.out" | tail -n 1 | field client_ticks)
+  result=$(grep "^RESULT label=$label " "$WORK/loadgen.out" | tail -n 1)
+  ticks=$(echo "$result" | field client_ticks)
   case $ticks in '' | *[!0-9]*) ticks=0 ;; esac
   cpu_row "${LG_SERVER:-receiver} $label (loadgen)" "$ticks"
-  grep "^RESULT label=$label " "$WORK/loadgen.txt" | tail -n 1
+  echo "$result"
 }
 
 # Waits until loadgen (pid) has written the mark to the FIFO on fd 3, or

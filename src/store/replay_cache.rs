@@ -33,6 +33,15 @@ pub struct CachedCompletion {
     cached_at: DateTime<Utc>,
 }
 
+impl CachedCompletion {
+    /// Whether the entry is younger than `ttl` at `now`. A clock set back
+    /// since the entry was cached makes the age negative: treated as
+    /// expired, so an entry never outlives its TTL.
+    fn within(&self, ttl: Duration, now: DateTime<Utc>) -> bool {
+        (now - self.cached_at).to_std().is_ok_and(|age| age < ttl)
+    }
+}
+
 /// The key of one entry: scope and key, separated by a byte that neither
 /// contains (scopes are endpoint names or `METHOD /route`, keys are printable
 /// header values).
@@ -145,10 +154,7 @@ impl ReplayCache {
     ) -> Option<Arc<CachedCompletion>> {
         let entries = self.entries.as_ref()?;
         let entry = entries.get(entry_key(scope, key).as_str())?;
-        // A clock set back since the entry was cached makes the age
-        // negative: treated as expired, so an entry never outlives its TTL.
-        let age = (now - entry.cached_at).to_std().ok()?;
-        (age < self.ttl).then_some(entry)
+        entry.within(self.ttl, now).then_some(entry)
     }
 
     /// Remembers a row that was read from the database as completed.
@@ -209,8 +215,7 @@ impl ReplayCache {
         {
             return;
         }
-        let ttl = self.ttl;
-        entries.retain(|_, entry| (now - entry.cached_at).to_std().is_ok_and(|age| age < ttl));
+        entries.retain(|_, entry| entry.within(self.ttl, now));
     }
 
     /// Drops the entry of a key whose stored row this process changed or
@@ -350,40 +355,40 @@ mod tests {
         assert!(cache.get("shop", "huge").is_none(), "too large to cache");
     }
 
-    /// A cache of 4 MiB and completions of about 1.1 KiB each, none of
+    /// A cache of 4 MiB on `clock`, with the default TTL.
+    fn four_mib(clock: &ManualClock) -> ReplayCache {
+        ReplayCache::new(
+            &ReplayCacheOptions {
+                bytes: 4 << 20,
+                ttl: Duration::from_secs(60),
+            },
+            clock.shared(),
+        )
+    }
+
+    /// Completions `from..to` of about 1.1 KiB each, 250 µs apart, none of
     /// them read, as under fresh traffic with no repeats.
-    fn filled(
-        clock: &ManualClock,
-        from: usize,
-        to: usize,
-        cache: Option<ReplayCache>,
-    ) -> ReplayCache {
-        let cache = cache.unwrap_or_else(|| {
-            ReplayCache::new(
-                &ReplayCacheOptions {
-                    bytes: 4 << 20,
-                    ttl: Duration::from_secs(60),
-                },
-                clock.shared(),
-            )
-        });
+    fn fill(cache: &ReplayCache, clock: &ManualClock, from: usize, to: usize) {
         let body = "x".repeat(900);
         for n in from..to {
-            remember_numbered(&cache, n, &body);
+            remember_numbered(cache, n, &body);
             clock.advance(Duration::from_micros(250));
         }
-        cache
     }
 
-    /// Completion `msg_{n}` of scope `shop`, answered with `body`.
+    fn numbered(n: usize) -> String {
+        format!("msg_{n}")
+    }
+
+    /// Completion [`numbered`]`(n)` of scope `shop`, answered with `body`.
     fn remember_numbered(cache: &ReplayCache, n: usize, body: &str) {
-        let key = format!("msg_{n}");
-        cache.remember("shop", &key, "h", at(), None, &response(body));
+        cache.remember("shop", &numbered(n), "h", at(), None, &response(body));
     }
 
+    /// How many of the completions `from..to` are answered from memory.
     fn held(cache: &ReplayCache, from: usize, to: usize) -> usize {
         (from..to)
-            .filter(|n| cache.get("shop", &format!("msg_{n}")).is_some())
+            .filter(|n| cache.get("shop", &numbered(*n)).is_some())
             .count()
     }
 
@@ -391,7 +396,8 @@ mod tests {
     fn the_newest_completions_stay_under_a_stream_of_new_ones() {
         let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
         // 12,000 completions in 3 s, three times what the budget holds.
-        let cache = filled(&clock, 0, 12_000, None);
+        let cache = four_mib(&clock);
+        fill(&cache, &clock, 0, 12_000);
         // The newest 1,000 (a quarter of the budget, the last quarter
         // second) are all answered from memory. With quick_cache's default
         // hot share (97 %) about 120 of them were.
@@ -401,7 +407,8 @@ mod tests {
     #[test]
     fn entries_past_the_ttl_make_room_for_new_ones() {
         let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
-        let cache = filled(&clock, 0, 4_000, None);
+        let cache = four_mib(&clock);
+        fill(&cache, &clock, 0, 4_000);
         assert!(
             held(&cache, 0, 4_000) > 3_000,
             "the budget holds about 3,800"
@@ -411,7 +418,7 @@ mod tests {
         // sweep, the hot half still held expired ones, and the new ones
         // had only the other half.
         clock.advance(Duration::from_secs(61));
-        let cache = filled(&clock, 4_000, 7_000, Some(cache));
+        fill(&cache, &clock, 4_000, 7_000);
         assert_eq!(held(&cache, 4_000, 7_000), 3_000);
         assert_eq!(held(&cache, 0, 4_000), 0, "past the TTL");
         assert!(cache.len() <= 4_000, "{} entries held", cache.len());

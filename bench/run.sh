@@ -141,6 +141,8 @@ say() { printf '\n==> %s %s\n' "$(date +%T)" "$*" >&2; }
 # the process it interrupted). Shares of both cores' time, idle included.
 CPU=$WORK/cpu
 CPU_PID=
+# Kernel clock ticks a second: what /proc counts CPU time in.
+HZ=$(getconf CLK_TCK)
 stat_ticks() { awk '/^cpu / { print $2+$3+$4+$7+$8+$9, $5+$6 }' /proc/stat; }
 proc_ticks() { # pid: its CPU ticks and its children's (nginx's workers)
   local p
@@ -165,12 +167,16 @@ cpu_begin() {
   read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks)
   CPU_SERVER0=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
   CPU_PG0=$(pg_ticks)
+  CPU_WRITER0=$(writer_ticks "${WRITER_OF:-}")
 }
 # The readings at the end of a run; cpu_row then writes its row.
 cpu_stop() {
   read -r CPU_BUSY1 CPU_IDLE1 < <(stat_ticks)
   CPU_SERVER1=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
   CPU_PG1=$(pg_ticks)
+  # Set for SQLite's fresh runs: the writer thread's ticks over the same
+  # window, in a file, since loadgen runs in a command substitution.
+  [ -z "${WRITER_OF:-}" ] || echo $(($(writer_ticks "$WRITER_OF") - CPU_WRITER0)) >"$WORK/writer.ticks"
 }
 cpu_row() { # label client-ticks
   awk -v label="$1" -v busy=$((CPU_BUSY1 - CPU_BUSY0)) -v idle=$((CPU_IDLE1 - CPU_IDLE0)) \
@@ -183,7 +189,7 @@ cpu_row() { # label client-ticks
 }
 cpu_end() { # label client-time-file (/usr/bin/time's "%U %S")
   cpu_stop
-  cpu_row "$1" "$(awk '{ printf "%d", ($1 + $2) * 100 }' "$2" 2>/dev/null || echo 0)"
+  cpu_row "$1" "$(awk -v hz="$HZ" '{ printf "%d", ($1 + $2) * hz }' "$2" 2>/dev/null || echo 0)"
 }
 
 # Every measured run starts from the same state: fresh statistics and no
@@ -550,6 +556,7 @@ fi
 # wake-ups around them) and waiting for the next delivery.
 writer_ticks() { # pid: CPU ticks of the SQLite writer thread (0 before it starts)
   local t
+  if [ -z "$1" ]; then echo 0; return 0; fi
   for t in /proc/"$1"/task/*; do
     if [ "$(cat "$t/comm" 2>/dev/null)" = sqlite-writer ]; then
       awk '{ print $14 + $15 }' "$t/stat"
@@ -564,8 +571,8 @@ group_members() { # port: mean members per COMMIT since the server started
     /^ir_sqlite_commit_group_members_count / { c = $2 }
     END { if (c > 0) printf "%.1f", s / c; else printf "—" }'
 }
-writer_note() { # ticks-before ticks-after port
-  awk -v t=$(($2 - $1)) -v d="$DURATION" -v hz="$(getconf CLK_TCK)" -v m="$(group_members "$3")" \
+writer_note() { # ticks port: the writer's ticks over loadgen's measured phase
+  awk -v t="$1" -v d="$DURATION" -v hz="$HZ" -v m="$(group_members "$2")" \
     'BEGIN { printf "writer busy %.0f %%, %s members per COMMIT", 100 * t / (d * hz), m }'
 }
 
@@ -598,9 +605,10 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
     loop=$(echo "$l" | field tps)
     row sqlite "sqliteloop: the minimal transaction, one durable commit each (tps), round $round" "$loop" "—" "$(lat "$l")" "check $(echo "$l" | field check)"
     start_server "$sqlite_url" "$port"
-    w0=$(writer_ticks "$SERVER_PID")
+    WRITER_OF=$SERVER_PID
     r=$(loadgen "sqlite-fresh-$round" "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY")
-    writer=$(writer_note "$w0" "$(writer_ticks "$SERVER_PID")" "$port")
+    WRITER_OF=
+    writer=$(writer_note "$(cat "$WORK/writer.ticks" 2>/dev/null || echo 0)" "$port")
     stop_server
     on=$(echo "$r" | field rps)
     loop_all+=("$loop") on_all+=("$on") on_loop+=("$(ratio "$on" "$loop")")

@@ -88,6 +88,8 @@ pub struct ReplayCache {
     /// When the next sweep of expired entries is due, in milliseconds of
     /// the clock's Unix time; taken by one caller of `remember` at a time.
     next_sweep: AtomicI64,
+    /// Milliseconds between two sweeps: a quarter of the TTL, at least 1.
+    sweep_every_ms: i64,
 }
 
 /// Responses larger than this are always read from the database: one of
@@ -136,6 +138,9 @@ impl ReplayCache {
             ttl: options.ttl,
             clock,
             next_sweep: AtomicI64::new(i64::MIN),
+            sweep_every_ms: i64::try_from((options.ttl / SWEEPS_PER_TTL).as_millis())
+                .unwrap_or(i64::MAX)
+                .max(1),
         }
     }
 
@@ -202,11 +207,16 @@ impl ReplayCache {
     ) {
         let now_ms = now.timestamp_millis();
         let due = self.next_sweep.load(Ordering::Relaxed);
-        if now_ms < due {
+        let every = self.sweep_every_ms;
+        // Not due yet, unless the due time is further ahead than one
+        // interval: then the clock was set back since it was taken, and
+        // waiting for the clock to catch up would stop the sweeps for as
+        // long as it was set back, while every entry cached before is
+        // already unusable (see `CachedCompletion::within`).
+        if now_ms < due && due.saturating_sub(now_ms) <= every {
             return;
         }
-        let every = i64::try_from((self.ttl / SWEEPS_PER_TTL).as_millis()).unwrap_or(i64::MAX);
-        let next = now_ms.saturating_add(every.max(1));
+        let next = now_ms.saturating_add(every);
         // One caller sweeps; the others go on at once.
         if self
             .next_sweep
@@ -422,6 +432,26 @@ mod tests {
         assert_eq!(held(&cache, 4_000, 7_000), 3_000);
         assert_eq!(held(&cache, 0, 4_000), 0, "past the TTL");
         assert!(cache.len() <= 4_000, "{} entries held", cache.len());
+    }
+
+    #[test]
+    fn a_clock_set_back_does_not_put_off_the_sweep() {
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let cache = four_mib(&clock);
+        fill(&cache, &clock, 0, 4_000);
+        // The clock is set back an hour: what was cached is from the future
+        // now, never answered again. The next sweep is not an hour away:
+        // the 3,000 new completions all stay, as after a TTL's wait.
+        // Without the check, the sweep waited for the old due time and
+        // about 1,900 of them stayed.
+        clock.set(clock.now() - chrono::TimeDelta::hours(1));
+        fill(&cache, &clock, 4_000, 7_000);
+        assert_eq!(held(&cache, 4_000, 7_000), 3_000);
+        assert_eq!(
+            held(&cache, 0, 4_000),
+            0,
+            "cached before the clock was set back"
+        );
     }
 
     #[test]

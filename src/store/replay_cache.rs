@@ -280,6 +280,11 @@ mod tests {
             .naive_utc()
     }
 
+    /// A manual clock at [`at`].
+    fn clock_at_start() -> ManualClock {
+        ManualClock::new(at().and_utc())
+    }
+
     fn system() -> SharedClock {
         crate::clock::system()
     }
@@ -310,7 +315,7 @@ mod tests {
 
     #[test]
     fn forget_and_the_ttl_end_an_entry() {
-        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let clock = clock_at_start();
         let cache = ReplayCache::new(
             &ReplayCacheOptions {
                 bytes: 1 << 20,
@@ -331,7 +336,7 @@ mod tests {
 
     #[test]
     fn an_entry_cached_before_the_clock_was_set_back_is_not_trusted() {
-        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let clock = clock_at_start();
         let cache = ReplayCache::new(&ReplayCacheOptions::default(), clock.shared());
         cache.remember("shop", "msg_1", "h1", at(), None, &response("{}"));
         clock.set(clock.now() - chrono::TimeDelta::seconds(1));
@@ -404,7 +409,7 @@ mod tests {
 
     #[test]
     fn the_newest_completions_stay_under_a_stream_of_new_ones() {
-        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let clock = clock_at_start();
         // 12,000 completions in 3 s, three times what the budget holds.
         let cache = four_mib(&clock);
         fill(&cache, &clock, 0, 12_000);
@@ -416,7 +421,7 @@ mod tests {
 
     #[test]
     fn entries_past_the_ttl_make_room_for_new_ones() {
-        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let clock = clock_at_start();
         let cache = four_mib(&clock);
         fill(&cache, &clock, 0, 4_000);
         assert!(
@@ -436,7 +441,7 @@ mod tests {
 
     #[test]
     fn a_clock_set_back_does_not_put_off_the_sweep() {
-        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let clock = clock_at_start();
         let cache = four_mib(&clock);
         fill(&cache, &clock, 0, 4_000);
         // The clock is set back an hour: what was cached is from the future

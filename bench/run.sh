@@ -163,6 +163,19 @@ pg_ticks() {
     awk -v pids="$pids" 'BEGIN { n = split(pids, a, " "); for (i = 1; i <= n; i++) pg[a[i]] = 1 }
       { s += $14 + $15; if (!($4 in pg)) s += $16 + $17 } END { print s + 0 }'
 }
+# The SQLite writer thread's ticks (see writer_note below); defined here,
+# before cpu_begin and cpu_stop read it, for every section's runs.
+writer_ticks() { # pid: CPU ticks of the SQLite writer thread (0 before it starts)
+  local t
+  if [ -z "$1" ]; then echo 0; return 0; fi
+  for t in /proc/"$1"/task/*; do
+    if [ "$(cat "$t/comm" 2>/dev/null)" = sqlite-writer ]; then
+      awk '{ print $14 + $15 }' "$t/stat"
+      return 0
+    fi
+  done
+  echo 0
+}
 cpu_begin() {
   read -r CPU_BUSY0 CPU_IDLE0 < <(stat_ticks)
   CPU_SERVER0=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
@@ -554,17 +567,6 @@ fi
 # many deliveries each COMMIT made durable. The rest of the writer's time
 # is a group's COMMIT on the blocking pool (the write, the fsync and the
 # wake-ups around them) and waiting for the next delivery.
-writer_ticks() { # pid: CPU ticks of the SQLite writer thread (0 before it starts)
-  local t
-  if [ -z "$1" ]; then echo 0; return 0; fi
-  for t in /proc/"$1"/task/*; do
-    if [ "$(cat "$t/comm" 2>/dev/null)" = sqlite-writer ]; then
-      awk '{ print $14 + $15 }' "$t/stat"
-      return 0
-    fi
-  done
-  echo 0
-}
 group_members() { # port: mean members per COMMIT since the server started
   curl -fs "http://127.0.0.1:$1/metrics" | awk '
     /^ir_sqlite_commit_group_members_sum / { s = $2 }

@@ -267,6 +267,14 @@ impl WriteGate {
     /// its outcome, or commits it. The gate goes when this returns, or when
     /// the group is parked.
     async fn settle(self: &Arc<Self>, mut group: Group, gate: OwnedMutexGuard<()>) -> Outcome {
+        // The members' statements and the COMMIT run inline, with no await
+        // that lets this thread go: writers handed to it meanwhile have not
+        // been polled yet, so none counts at the gate. One yield lets them
+        // queue there before the group is parked or committed; without it
+        // every group committed alone (1.0 members per COMMIT).
+        if self.waiters() == 0 {
+            tokio::task::yield_now().await;
+        }
         self.linger(&group).await;
         if !self.should_park(&group) {
             let outcome = self.commit(group).await;
@@ -305,12 +313,21 @@ impl WriteGate {
 
     /// COMMITs the group and tells every member the outcome. The connection
     /// goes back to the pool before the caller lets the gate go.
+    ///
+    /// The COMMIT runs inline, on the member's own thread (the SQLite
+    /// writer's), like the statements before it: the gate is held until it
+    /// ends, so the thread could do nothing in the meantime but let new
+    /// writers queue behind the gate, and a hand-off to the blocking pool
+    /// and back cost two wake-ups per group. A group committed by its
+    /// expiry timer (a task outside the inline scope) still hands off.
     async fn commit(&self, mut group: Group) -> Outcome {
+        let inline = InlineStatements::on();
         let committed = match crate::with_conn!(group.conn(), |c| at_depth(c, 1)) {
             Ok(()) => crate::with_conn!(group.conn(), |c| super::commit(c).await)
                 .map_err(StoreError::from),
             Err(error) => Err(error),
         };
+        drop(inline);
         match committed {
             Ok(()) => {
                 (self.metrics.committed)(group.members);

@@ -163,21 +163,39 @@ static LINGERING_GROUPS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Ve
 /// A store whose groups linger a minute for company: only the writers
 /// decide, never the machine's speed.
 async fn lingering_store() -> (Store, tempfile::TempDir) {
+    recording_store(Duration::from_secs(60), |members| {
+        push(&LINGERING_GROUPS, members)
+    })
+    .await
+}
+
+/// A store whose groups stay open for a minute and linger for `linger`,
+/// reporting each COMMIT's size to `committed`.
+async fn recording_store(linger: Duration, committed: fn(usize)) -> (Store, tempfile::TempDir) {
     let group_commit = GroupCommitOptions {
         max_wait: Duration::from_secs(60),
-        linger: Duration::from_secs(60),
+        linger,
         ..GroupCommitOptions::default()
     };
     let metrics = GroupCommitMetrics {
-        committed: |members| {
-            LINGERING_GROUPS
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(members)
-        },
+        committed,
         ..GroupCommitMetrics::default()
     };
     store_with(group_commit, metrics).await
+}
+
+fn push(groups: &std::sync::Mutex<Vec<usize>>, members: usize) {
+    groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(members)
+}
+
+fn sizes(groups: &std::sync::Mutex<Vec<usize>>) -> Vec<usize> {
+    groups
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 /// After a group of two, a writer alone at the gate does not commit a group
@@ -187,12 +205,7 @@ async fn lingering_store() -> (Store, tempfile::TempDir) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_group_of_several_a_lone_writer_lingers_for_the_next() {
     let (store, _dir) = lingering_store().await;
-    let groups = || {
-        LINGERING_GROUPS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    };
+    let groups = || sizes(&LINGERING_GROUPS);
     let bounded = |what: &'static str, commit| async move {
         tokio::time::timeout(Duration::from_secs(30), commit)
             .await
@@ -249,6 +262,49 @@ async fn after_a_group_of_several_a_lone_writer_lingers_for_the_next() {
     assert!(c.await.unwrap().is_ok());
     assert_eq!(groups(), [1, 1, 2, 2], "C and D shared one COMMIT");
     assert_eq!(committed(&store).await, ["a", "b", "c", "d", "one", "two"]);
+}
+
+/// The sizes of the groups committed by
+/// [`writers_handed_to_the_thread_while_a_member_runs_inline_join_its_group`].
+static INLINE_GROUPS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// On one thread, as on SQLite's writer thread, a member's statements and
+/// its group's COMMIT run inline, with no await that lets the thread go.
+/// Writers handed to that thread while a member runs have not been polled
+/// when it finishes, so none of them counts at the gate yet: the member
+/// yields once before it decides, and they join its group. Without that
+/// yield each of the three commits alone here ([1, 1, 1]).
+#[tokio::test(flavor = "current_thread")]
+async fn writers_handed_to_the_thread_while_a_member_runs_inline_join_its_group() {
+    let (store, _dir) = recording_store(GroupCommitOptions::default().linger, |members| {
+        push(&INLINE_GROUPS, members)
+    })
+    .await;
+    let writer = |store: Store, id: &'static str| {
+        inline_scope(async move {
+            let mut tx = store.begin().await.map_err(|e| e.to_string())?;
+            write(&mut tx, id).await;
+            tx.commit().await.map_err(|e| e.to_string())
+        })
+    };
+    let (a, others) = inline_scope({
+        let store = store.clone();
+        async move {
+            let mut a = store.begin().await.unwrap();
+            write(&mut a, "a").await;
+            // Spawned on this thread while A holds it: polled only when A
+            // lets the thread go.
+            let others = ["b", "c"].map(|id| tokio::spawn(writer(store.clone(), id)));
+            (a.commit().await, others)
+        }
+    })
+    .await;
+    assert!(a.is_ok(), "{a:?}");
+    for other in others {
+        assert_eq!(other.await.unwrap(), Ok(()));
+    }
+    assert_eq!(sizes(&INLINE_GROUPS), [3], "A, B and C share one COMMIT");
+    assert_eq!(committed(&store).await, ["a", "b", "c"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

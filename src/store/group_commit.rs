@@ -19,6 +19,7 @@
 //! a member dropped mid-transaction. The connection is then closed with its
 //! transaction open (SQLite rolls it back), and every member gets an error.
 
+use super::writer_thread::on_writer_thread;
 use super::{DbConn, InlineStatements, SqliteConn, StoreError, begin, begin_immediate};
 use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::{AsyncConnection, TransactionManager};
@@ -267,12 +268,13 @@ impl WriteGate {
     /// its outcome, or commits it. The gate goes when this returns, or when
     /// the group is parked.
     async fn settle(self: &Arc<Self>, mut group: Group, gate: OwnedMutexGuard<()>) -> Outcome {
-        // The members' statements and the COMMIT run inline, with no await
-        // that lets this thread go: writers handed to it meanwhile have not
-        // been polled yet, so none counts at the gate. One yield lets them
-        // queue there before the group is parked or committed; without it
-        // every group committed alone (1.0 members per COMMIT).
-        if self.waiters() == 0 {
+        // On the writer thread the members' statements and the COMMIT run
+        // inline, with no await that lets the thread go: deliveries handed
+        // to it meanwhile have not been polled yet, so none counts at the
+        // gate. One yield lets them queue there before the group is parked
+        // or committed; without it every group committed alone (1.0
+        // members per COMMIT).
+        if self.waiters() == 0 && on_writer_thread() {
             tokio::task::yield_now().await;
         }
         self.linger(&group).await;
@@ -314,14 +316,15 @@ impl WriteGate {
     /// COMMITs the group and tells every member the outcome. The connection
     /// goes back to the pool before the caller lets the gate go.
     ///
-    /// The COMMIT runs inline, on the member's own thread (the SQLite
-    /// writer's), like the statements before it: the gate is held until it
-    /// ends, so the thread could do nothing in the meantime but let new
-    /// writers queue behind the gate, and a hand-off to the blocking pool
-    /// and back cost two wake-ups per group. A group committed by its
-    /// expiry timer (a task outside the inline scope) still hands off.
+    /// On the store's writer thread the COMMIT runs inline, like the
+    /// statements before it: the gate is held until it ends, so that thread
+    /// could do nothing in the meantime but let new deliveries queue behind
+    /// the gate, and a hand-off to the blocking pool and back cost two
+    /// wake-ups per group. Anywhere else (an HTTP worker, the replay
+    /// tally's task, a group's expiry timer) the thread has other work, and
+    /// the COMMIT goes to the blocking pool.
     async fn commit(&self, mut group: Group) -> Outcome {
-        let inline = InlineStatements::on();
+        let inline = on_writer_thread().then(InlineStatements::on);
         let committed = match crate::with_conn!(group.conn(), |c| at_depth(c, 1)) {
             Ok(()) => crate::with_conn!(group.conn(), |c| super::commit(c).await)
                 .map_err(StoreError::from),

@@ -13,10 +13,11 @@
 //! lock to the `COMMIT`. The `BEGIN IMMEDIATE` is tried inline with SQLite's
 //! busy handler off and goes to the blocking pool only when another
 //! process holds the lock, to wait there (up to `busy_timeout`); see
-//! `store::begin_immediate`. A commit group's `COMMIT` runs inline too (see
-//! `group_commit::WriteGate::commit`): the gate is held while it syncs the
-//! file, so nothing else could use the thread meanwhile. A transaction of
-//! its own (group commit off) sends its `COMMIT` to the blocking pool. In
+//! `store::begin_immediate`. On the store's writer thread a commit group's
+//! `COMMIT` runs inline too (see `group_commit::WriteGate::commit`): the
+//! gate is held while it syncs the file, so nothing else could use that
+//! thread meanwhile. Anywhere else, and for a transaction of its own (group
+//! commit off), the `COMMIT` goes to the blocking pool. In
 //! between, nothing waits on a lock: the lock is held, and WAL readers
 //! never block a writer. Reads outside the gate stay on the blocking pool
 //! too.

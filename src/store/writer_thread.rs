@@ -21,11 +21,25 @@
 //! (its engine's), so no job is cut short by the thread's end.
 
 use futures_util::future::LocalBoxFuture;
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::OnceLock;
 use tokio::sync::{mpsc, oneshot};
 
 type Job = Box<dyn FnOnce() -> LocalBoxFuture<'static, ()> + Send>;
+
+thread_local! {
+    /// Set on the writer thread, and only there.
+    static ON_WRITER_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this is a store's writer thread: the one thread where a commit
+/// group's `COMMIT` may block (see `group_commit::WriteGate::commit`). Any
+/// other writer (an HTTP worker's, a background task's) has other work
+/// that an fsync must not hold up.
+pub(super) fn on_writer_thread() -> bool {
+    ON_WRITER_THREAD.with(Cell::get)
+}
 
 /// The thread, started on first use.
 pub(super) struct WriterThread {
@@ -89,6 +103,7 @@ fn start(max_blocking: usize) -> Option<mpsc::UnboundedSender<Job>> {
     std::thread::Builder::new()
         .name("sqlite-writer".to_owned())
         .spawn(move || {
+            ON_WRITER_THREAD.with(|on| on.set(true));
             let local = tokio::task::LocalSet::new();
             local.block_on(&runtime, async move {
                 while let Some(job) = received.recv().await {
@@ -112,8 +127,12 @@ mod tests {
     #[tokio::test]
     async fn jobs_run_on_one_thread_and_a_panic_loses_only_its_own() {
         let writer = WriterThread::new(2);
-        let first = writer.run(|| async { thread_name() }).await.unwrap();
-        assert_eq!(first, "sqlite-writer");
+        let first = writer
+            .run(|| async { (thread_name(), on_writer_thread()) })
+            .await
+            .unwrap();
+        assert_eq!(first, ("sqlite-writer".to_owned(), true));
+        assert!(!on_writer_thread(), "the caller's thread is not the writer");
         let panicked = writer
             .run(|| async {
                 if thread_name() == "sqlite-writer" {

@@ -268,13 +268,13 @@ async fn after_a_group_of_several_a_lone_writer_lingers_for_the_next() {
 /// [`writers_handed_to_the_thread_while_a_member_runs_inline_join_its_group`].
 static INLINE_GROUPS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
-/// On one thread, as on SQLite's writer thread, a member's statements and
-/// its group's COMMIT run inline, with no await that lets the thread go.
-/// Writers handed to that thread while a member runs have not been polled
-/// when it finishes, so none of them counts at the gate yet: the member
-/// yields once before it decides, and they join its group. Without that
-/// yield each of the three commits alone here ([1, 1, 1]).
-#[tokio::test(flavor = "current_thread")]
+/// On the store's writer thread a member's statements and its group's
+/// COMMIT run inline, with no await that lets the thread go. Writers handed
+/// to that thread while a member runs have not been polled when it
+/// finishes, so none of them counts at the gate yet: the member yields once
+/// before it decides, and they join its group. Without that yield each of
+/// the three commits alone here ([1, 1, 1]).
+#[tokio::test]
 async fn writers_handed_to_the_thread_while_a_member_runs_inline_join_its_group() {
     let (store, _dir) = recording_store(GroupCommitOptions::default().linger, |members| {
         push(&INLINE_GROUPS, members)
@@ -287,19 +287,24 @@ async fn writers_handed_to_the_thread_while_a_member_runs_inline_join_its_group(
             tx.commit().await.map_err(|e| e.to_string())
         })
     };
-    let (a, others) = inline_scope({
-        let store = store.clone();
-        async move {
-            let mut a = store.begin().await.unwrap();
-            write(&mut a, "a").await;
-            // Spawned on this thread while A holds it: polled only when A
-            // lets the thread go.
-            let others = ["b", "c"].map(|id| tokio::spawn(writer(store.clone(), id)));
-            (a.commit().await, others)
-        }
-    })
-    .await;
-    assert!(a.is_ok(), "{a:?}");
+    let first = store.clone();
+    let (a, others) = store
+        .run_delivery(move || {
+            inline_scope(async move {
+                let mut a = first.begin().await.map_err(|e| e.to_string())?;
+                write(&mut a, "a").await;
+                // Spawned on the writer thread while A holds it: polled only
+                // when A lets the thread go.
+                let others =
+                    ["b", "c"].map(|id| tokio::task::spawn_local(writer(first.clone(), id)));
+                let committed = a.commit().await.map_err(|e| e.to_string());
+                Ok::<_, String>((committed, others))
+            })
+        })
+        .await
+        .expect("the writer thread's answer")
+        .expect("A's transaction");
+    assert_eq!(a, Ok(()));
     for other in others {
         assert_eq!(other.await.unwrap(), Ok(()));
     }

@@ -564,9 +564,9 @@ fi
 # What bounds SQLite's fresh figure is the one writer, not the cores (the
 # machine is about half idle): its thread's CPU over the run says how much
 # of the time it executed statements, and the server's own histogram how
-# many deliveries each COMMIT made durable. The rest of the writer's time
-# is a group's COMMIT on the blocking pool (the write, the fsync and the
-# wake-ups around them) and waiting for the next delivery.
+# many deliveries each COMMIT made durable. Since 2026-12-06 that CPU
+# includes the group's COMMIT, which runs on the writer thread; the rest of
+# its time is the fsync and waiting for the next delivery.
 group_members() { # port: mean members per COMMIT since the server started
   curl -fs "http://127.0.0.1:$1/metrics" | awk '
     /^ir_sqlite_commit_group_members_sum / { s = $2 }

@@ -320,9 +320,10 @@ impl WriteGate {
     /// statements before it: the gate is held until it ends, so that thread
     /// could do nothing in the meantime but let new deliveries queue behind
     /// the gate, and a hand-off to the blocking pool and back cost two
-    /// wake-ups per group. Anywhere else (an HTTP worker, the replay
-    /// tally's task, a group's expiry timer) the thread has other work, and
-    /// the COMMIT goes to the blocking pool.
+    /// wake-ups per group. On any other thread (an HTTP worker's, where
+    /// the replay tally may lead a group) the thread has other work, and the
+    /// COMMIT goes to the blocking pool; so does any writer outside an
+    /// inline scope (a group's expiry timer), whatever its thread.
     async fn commit(&self, mut group: Group) -> Outcome {
         let inline = on_writer_thread().then(InlineStatements::on);
         let committed = match crate::with_conn!(group.conn(), |c| at_depth(c, 1)) {

@@ -10,7 +10,6 @@ use idempotent_receiver::providers::{self, ProviderSpec};
 use idempotent_receiver::store::PgConn;
 use idempotent_receiver::store::schema::ledger_entries;
 use std::collections::{HashMap, HashSet};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,14 +40,14 @@ async fn fresh_schema() -> Option<String> {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
-}
-
 /// One `serve` process, killed when dropped.
+///
+/// Each process binds port 0 and the test reads the port it got from its
+/// log. Picking a free port here and handing it over raced: the tests of
+/// this file start eight processes at once, two could be handed the same
+/// port, and the one that lost the bind went unnoticed when `/readyz` was
+/// answered by the other test's process, until that test ended and killed
+/// it (CI saw "connection reset" in the middle of a spray).
 struct Receiver {
     child: Child,
     port: u16,
@@ -75,16 +74,16 @@ impl Receiver {
         )
         .expect("the config is written");
         let log = dir.join(format!("{name}.log"));
-        let port = free_port();
         let child = Command::new(BIN)
             .arg("--config")
             .arg(&config)
-            .arg("serve")
-            .env("IR_LISTEN", format!("127.0.0.1:{port}"))
+            .args(["--log-format", "json", "serve"])
+            .env("IR_LISTEN", "127.0.0.1:0")
             .env("DATABASE_URL", database_url)
             .env("IR_DATA_DIR", dir.join(format!("{name}-data")))
             .env_remove("IR_CONFIG")
-            .env("RUST_LOG", "warn")
+            // Start-up's info lines carry the bound port ("listening").
+            .env("RUST_LOG", "warn,idempotent_receiver::startup=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(
@@ -92,13 +91,28 @@ impl Receiver {
             ))
             .spawn()
             .expect("the receiver starts");
-        let mut receiver = Receiver { child, port, log };
+        let mut receiver = Receiver {
+            child,
+            port: 0,
+            log,
+        };
         receiver.wait_ready().await;
         receiver
     }
 
     fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The port from the process's "listening" line, once it is written.
+    fn bound_port(&self) -> Option<u16> {
+        std::fs::read_to_string(&self.log)
+            .ok()?
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "listening")
+            .and_then(|line| line["port"].as_u64())
+            .and_then(|port| u16::try_from(port).ok())
     }
 
     async fn wait_ready(&mut self) {
@@ -111,6 +125,20 @@ impl Receiver {
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
+            assert!(
+                Instant::now() < deadline,
+                "the receiver was not ready within 30 s: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            if self.port == 0 {
+                match self.bound_port() {
+                    Some(port) => self.port = port,
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                }
+            }
             let ready = http
                 .get(format!("{}/readyz", self.base_url()))
                 .timeout(Duration::from_secs(2))
@@ -119,10 +147,6 @@ impl Receiver {
             if matches!(ready, Ok(r) if r.status() == 200) {
                 return;
             }
-            assert!(
-                Instant::now() < deadline,
-                "the receiver was not ready within 30 s"
-            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

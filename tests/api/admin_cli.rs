@@ -153,10 +153,7 @@ impl Drop for Server {
 
 /// Starts `serve` on a free port with `env`, its log in `dir/serve.log`.
 async fn serve_logging(dir: &std::path::Path, env: &[(&str, &str)]) -> (Server, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = crate::cli::free_port();
     let listen = format!("127.0.0.1:{port}");
     let log = std::fs::File::create(dir.join("serve.log")).expect("a log file");
     let mut command = Command::new(BIN);

@@ -3,7 +3,6 @@
 
 use crate::both_backends;
 use crate::signed_fixtures as fixtures;
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,12 +17,12 @@ impl Drop for Server {
     }
 }
 
+#[path = "../support/free_port.rs"]
+mod port;
+
+/// A port no other test of this binary was given (see the module).
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    port::free_port().expect("a free port")
 }
 
 /// The binary in `dir`, listening (or posting) at `listen`, with none of

@@ -490,11 +490,7 @@ impl Served {
     /// Starts `serve` in `dir` with `args` before the command and `env`
     /// on top of a clean environment, and waits until it is ready.
     pub(crate) async fn start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Served, String) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::cli::free_port();
         let listen = format!("127.0.0.1:{port}");
         let stdout = dir.join("serve.stdout");
         let stderr = dir.join("serve.stderr");

@@ -3,7 +3,6 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -14,13 +13,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_idempotent-receiver");
 /// a connection and a migration check; 30 s only matters on a stalled host.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 
-/// A port nobody listens on right now. Another process could take it before
-/// the server binds it; `start` would then see the server exit and say so.
+#[path = "../support/free_port.rs"]
+mod port;
+
+/// A port nobody listens on right now and no other test of this binary was
+/// given. Another process could take it before the server binds it; `start`
+/// would then see the server exit and say so.
 pub fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .map_err(|e| format!("cannot find a free port: {e}"))
+    port::free_port().map_err(|e| format!("cannot find a free port: {e}"))
 }
 
 /// One `serve` process at a time, always on the same port, configuration and

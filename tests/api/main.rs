@@ -55,6 +55,7 @@ mod queue;
 mod queue_metrics;
 mod queue_take;
 mod replay_cache;
+mod row_checks;
 mod sdk_interop;
 mod server_language;
 mod smuggling;

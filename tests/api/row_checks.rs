@@ -1,0 +1,101 @@
+//! The database itself refuses a row the engine would never write: a status
+//! other than in progress or completed, an in-progress row without its
+//! lease, a completed row without the answer it replays, a ledger entry of
+//! another kind or without a positive amount. On PostgreSQL one CHECK per
+//! table says it (migration 000013: five were read back and planned again
+//! on every INSERT and UPDATE); SQLite keeps its original ones. The same
+//! rows are refused on both, and the rows the engine writes are accepted.
+
+use diesel_async::SimpleAsyncConnection;
+use idempotent_receiver::store::DbConn;
+use idempotent_receiver::with_conn;
+
+const COLUMNS: &str = "endpoint, delivery_id, request_hash, status, lease_owner, lease_expires_at, \
+                       response_status, response_body, completed_at, received_at";
+const AT: &str = "'2026-12-06 08:00:00'";
+
+/// A `deliveries` row's values after the endpoint and id: status, lease
+/// owner and expiry, answer status and body, completion time.
+fn delivery(id: &str, status: &str, lease: bool, answer: bool) -> String {
+    let (owner, expires) = if lease {
+        ("'pid1/x'", AT)
+    } else {
+        ("NULL", "NULL")
+    };
+    let (code, body, completed) = if answer {
+        ("200", "'{}'", AT)
+    } else {
+        ("NULL", "NULL", "NULL")
+    };
+    format!(
+        "INSERT INTO deliveries ({COLUMNS}) VALUES ('checks', '{id}', 'h', '{status}', \
+         {owner}, {expires}, {code}, {body}, {completed}, {AT})"
+    )
+}
+
+fn ledger(id: &str, kind: &str, amount: i64) -> String {
+    format!(
+        "INSERT INTO ledger_entries (endpoint, delivery_id, kind, payment_id, amount, currency, created_at) \
+         VALUES ('checks', '{id}', '{kind}', 'pay_1', {amount}, 'EUR', {AT})"
+    )
+}
+
+async fn run(conn: &mut DbConn, sql: &str) -> Result<(), String> {
+    with_conn!(conn, |c| c.batch_execute(sql).await).map_err(|e| e.to_string())
+}
+
+async fn refused(conn: &mut DbConn, sql: &str) {
+    let error = run(conn, sql).await.expect_err(sql);
+    assert!(error.to_lowercase().contains("check"), "{sql}: {error}");
+}
+
+crate::both_backends!(
+    async fn the_database_refuses_rows_the_engine_never_writes(app) {
+        let mut conn = app.store.conn().await.expect("a connection");
+        // What the engine writes: a claim with its lease, a completion with
+        // its answer (the lease cleared), a charge and a refund.
+        run(&mut conn, &delivery("ok_claimed", "in_progress", true, false)).await.expect("a claim");
+        run(&mut conn, &delivery("ok_done", "completed", false, true)).await.expect("a completion");
+        run(
+            &mut conn,
+            "UPDATE deliveries SET status = 'completed', response_status = 200, response_body = '{}', \
+             completed_at = '2026-12-06 08:00:01', lease_owner = NULL, lease_expires_at = NULL \
+             WHERE endpoint = 'checks' AND delivery_id = 'ok_claimed'",
+        )
+        .await
+        .expect("the claim completed");
+        run(&mut conn, &ledger("ok_done", "charge", 1)).await.expect("a charge");
+        run(&mut conn, &ledger("ok_claimed", "refund", 4200)).await.expect("a refund");
+
+        refused(&mut conn, &delivery("bad_status", "pending", true, true)).await;
+        refused(&mut conn, &delivery("claim_without_lease", "in_progress", false, false)).await;
+        refused(&mut conn, &delivery("done_without_answer", "completed", true, false)).await;
+        // An update is checked as well: back to in progress without a lease.
+        refused(
+            &mut conn,
+            "UPDATE deliveries SET status = 'in_progress' WHERE endpoint = 'checks' AND delivery_id = 'ok_done'",
+        )
+        .await;
+        refused(
+            &mut conn,
+            "UPDATE deliveries SET response_body = NULL WHERE endpoint = 'checks' AND delivery_id = 'ok_done'",
+        )
+        .await;
+        refused(&mut conn, &ledger("x", "payout", 1)).await;
+        refused(&mut conn, &ledger("x", "charge", 0)).await;
+        refused(&mut conn, &ledger("x", "refund", -5)).await;
+
+        let kept: Vec<(String,)> = with_conn!(&mut conn, |c| {
+            use diesel::prelude::*;
+            use diesel_async::RunQueryDsl;
+            use idempotent_receiver::store::schema::deliveries;
+            deliveries::table
+                .filter(deliveries::endpoint.eq("checks"))
+                .select((deliveries::status,))
+                .load(c)
+                .await
+        })
+        .expect("the rows are read");
+        assert_eq!(kept, [("completed".to_owned(),), ("completed".to_owned(),)]);
+    }
+);

@@ -85,17 +85,17 @@ crate::both_backends!(
         refused(&mut conn, &ledger("x", "charge", 0)).await;
         refused(&mut conn, &ledger("x", "refund", -5)).await;
 
-        let kept: Vec<(String,)> = with_conn!(&mut conn, |c| {
+        let kept: Vec<String> = with_conn!(&mut conn, |c| {
             use diesel::prelude::*;
             use diesel_async::RunQueryDsl;
             use idempotent_receiver::store::schema::deliveries;
             deliveries::table
                 .filter(deliveries::endpoint.eq("checks"))
-                .select((deliveries::status,))
+                .select(deliveries::status)
                 .load(c)
                 .await
         })
         .expect("the rows are read");
-        assert_eq!(kept, [("completed".to_owned(),), ("completed".to_owned(),)]);
+        assert_eq!(kept, ["completed", "completed"]);
     }
 );

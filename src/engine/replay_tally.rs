@@ -158,11 +158,15 @@ async fn write_chunk(
     // Keys without a body key are found by their primary key, all in one
     // statement; a repeat matched by its body under another id is counted
     // on whichever row its key or its body key names, one key at a time.
-    let by_key: Vec<(&str, &str, i32)> = chunk
+    // Sorted: where PostgreSQL walks the list in order (a nested loop over
+    // the primary key, its plan on a large table), instances writing counts
+    // of the same keys at once lock those rows in the same order.
+    let mut by_key: Vec<(&str, &str, i32)> = chunk
         .iter()
         .filter(|((_, _, body_key), _)| body_key.is_none())
         .map(|((scope, key, _), n)| (scope.as_str(), key.as_str(), *n))
         .collect();
+    by_key.sort_unstable();
     let mut tx = store.begin().await?;
     let mut written = tx.conn().count_replays_by_key(&by_key).await.map(|_| ());
     for ((scope, key, body_key), n) in chunk {

@@ -441,7 +441,11 @@ both_backends_with!(admin;
         // row, whatever the other keys and endpoints in the same write.
         let mut expected = Vec::new();
         for n in 0..24 {
-            let (endpoint, id) = if n % 3 == 0 { ("other", format!("msg_o{n}")) } else { ("shop", format!("msg_m{n}")) };
+            let (endpoint, id) = if n % 3 == 0 {
+                ("other", format!("msg_o{n}"))
+            } else {
+                ("shop", format!("msg_m{n}"))
+            };
             let body = payment(&format!("pay_m{n}"), 100);
             assert_eq!(app.deliver_to(endpoint, &id, &body).await.status(), 200);
             let repeats = n % 4;

@@ -1,8 +1,10 @@
 //! The database itself refuses a row the engine would never write: a status
 //! other than in progress or completed, an in-progress row without its
 //! lease, a completed row without the answer it replays, a ledger entry of
-//! another kind or without a positive amount. On PostgreSQL one CHECK per
-//! table says it (migration 000013: five were read back and planned again
+//! another kind or without a positive amount; a queue job in an unknown
+//! state or running without its lease; an outbox row in an unknown state or
+//! with half a lease. On PostgreSQL one CHECK per table says it (migrations
+//! 000013 and 000014: each table's checks were read back and planned again
 //! on every INSERT and UPDATE); SQLite keeps its original ones. The same
 //! rows are refused on both, and the rows the engine writes are accepted.
 
@@ -38,6 +40,42 @@ fn ledger(id: &str, kind: &str, amount: i64) -> String {
         "INSERT INTO ledger_entries (endpoint, delivery_id, kind, payment_id, amount, currency, created_at) \
          VALUES ('checks', '{id}', '{kind}', 'pay_1', {amount}, 'EUR', {AT})"
     )
+}
+
+/// A `queue_jobs` row in `state`, with a lease or without.
+fn job(id: &str, state: &str, lease: bool) -> String {
+    let (owner, expires) = if lease {
+        ("'pid1/x'", AT)
+    } else {
+        ("NULL", "NULL")
+    };
+    format!(
+        "INSERT INTO queue_jobs (endpoint, delivery_id, state, next_run_at, lease_owner, \
+         lease_expires_at, received_at) VALUES ('checks', '{id}', '{state}', {AT}, {owner}, \
+         {expires}, {AT})"
+    )
+}
+
+/// An `outbox` row in `state`, with a lease owner and a lease expiry each
+/// given or not.
+fn outbox(id: &str, state: &str, owner: bool, expires: bool) -> String {
+    let owner = if owner { "'pid1/x'" } else { "NULL" };
+    let expires = if expires { AT } else { "NULL" };
+    format!(
+        "INSERT INTO outbox (publisher, endpoint, delivery_id, message_id, destination, body, \
+         state, next_attempt_at, lease_owner, lease_expires_at, received_at, created_at) \
+         VALUES ('bus', 'checks', '{id}', 'checks:{id}', 'events', '{{}}', '{state}', {AT}, \
+         {owner}, {expires}, {AT}, {AT})"
+    )
+}
+
+/// An `UPDATE` of one of this test's rows of `table`.
+fn update(table: &str, id: &str, set: &str) -> String {
+    format!("UPDATE {table} SET {set} WHERE endpoint = 'checks' AND delivery_id = '{id}'")
+}
+
+async fn accepted(conn: &mut DbConn, sql: &str) {
+    run(conn, sql).await.expect(sql);
 }
 
 async fn run(conn: &mut DbConn, sql: &str) -> Result<(), String> {
@@ -84,6 +122,30 @@ crate::both_backends!(
         refused(&mut conn, &ledger("x", "payout", 1)).await;
         refused(&mut conn, &ledger("x", "charge", 0)).await;
         refused(&mut conn, &ledger("x", "refund", -5)).await;
+
+        // A job's life: queued, running under a lease, done; and the other
+        // states a worker or an operator leaves it in.
+        let leased = "lease_owner = 'pid1/x', lease_expires_at = '2026-12-06 08:01:00'";
+        let unleased = "lease_owner = NULL, lease_expires_at = NULL";
+        accepted(&mut conn, &job("job_ok", "queued", false)).await;
+        accepted(&mut conn, &update("queue_jobs", "job_ok", &format!("state = 'running', {leased}"))).await;
+        accepted(&mut conn, &update("queue_jobs", "job_ok", &format!("state = 'done', {unleased}"))).await;
+        for state in ["retrying", "dead", "cancelled"] {
+            accepted(&mut conn, &job(&format!("job_{state}"), state, false)).await;
+        }
+        refused(&mut conn, &job("job_bad_state", "paused", false)).await;
+        refused(&mut conn, &job("job_running_unleased", "running", false)).await;
+        refused(&mut conn, &update("queue_jobs", "job_ok", "state = 'running'")).await;
+
+        // An outbox row: pending, taken under a lease, sent; failed.
+        accepted(&mut conn, &outbox("out_ok", "pending", false, false)).await;
+        accepted(&mut conn, &update("outbox", "out_ok", leased)).await;
+        accepted(&mut conn, &update("outbox", "out_ok", &format!("state = 'sent', {unleased}"))).await;
+        accepted(&mut conn, &outbox("out_failed", "failed", false, false)).await;
+        refused(&mut conn, &outbox("out_bad_state", "queued", false, false)).await;
+        refused(&mut conn, &outbox("out_owner_only", "pending", true, false)).await;
+        refused(&mut conn, &outbox("out_expiry_only", "pending", false, true)).await;
+        refused(&mut conn, &update("outbox", "out_ok", "lease_owner = 'pid1/x'")).await;
 
         let kept: Vec<String> = with_conn!(&mut conn, |c| {
             use diesel::prelude::*;

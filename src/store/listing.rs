@@ -4,7 +4,7 @@
 
 use super::schema::deliveries::{self, dsl};
 use super::schema::delivery_history::dsl as history;
-use super::{COMPLETED, DbConn, IN_PROGRESS, Prepared, StoreError};
+use super::{Backend, COMPLETED, DbConn, IN_PROGRESS, Prepared, StoreError, values_list};
 use crate::with_conn;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -322,7 +322,7 @@ impl DbConn {
         if counts.is_empty() {
             return Ok(0);
         }
-        let text = replays_by_key_text(counts.len(), matches!(self, DbConn::Pg(_)));
+        let text = replays_by_key_text(counts.len(), self.backend());
         let updated = with_conn!(self, |c| {
             let mut query = diesel::sql_query(text.as_str()).into_boxed();
             for (scope, key, n) in counts {
@@ -367,44 +367,31 @@ impl DbConn {
 }
 
 /// The text of [`DbConn::count_replays_by_key`] for `keys` keys, with
-/// PostgreSQL's numbered placeholders or SQLite's `?`. Both name a `VALUES`
-/// list's columns `column1`, `column2`, ... (SQLite takes no column list on
-/// a subquery's alias).
-fn replays_by_key_text(keys: usize, numbered: bool) -> String {
-    use std::fmt::Write;
-    const HEAD: &str = "UPDATE deliveries AS d SET replays = d.replays + v.column3 FROM (VALUES ";
-    const TAIL: &str = ") AS v WHERE d.endpoint = v.column1 AND d.delivery_id = v.column2";
-    let mut text = String::with_capacity(HEAD.len() + TAIL.len() + keys * 24);
-    text.push_str(HEAD);
-    for row in 0..keys {
-        if row > 0 {
-            text.push_str(", ");
-        }
-        if numbered {
-            let first = row * 3 + 1;
-            // Writing to a String cannot fail.
-            let _ = write!(text, "(${}, ${}, ${})", first, first + 1, first + 2);
-        } else {
-            text.push_str("(?, ?, ?)");
-        }
-    }
-    text.push_str(TAIL);
+/// `backend`'s numbered placeholders. Both backends name a `VALUES` list's
+/// columns `column1`, `column2`, ... (SQLite takes no column list on a
+/// subquery's alias).
+fn replays_by_key_text(keys: usize, backend: Backend) -> String {
+    let mut text =
+        String::from("UPDATE deliveries AS d SET replays = d.replays + v.column3 FROM (VALUES ");
+    values_list::push_rows(&mut text, keys, 3, backend);
+    text.push_str(") AS v WHERE d.endpoint = v.column1 AND d.delivery_id = v.column2");
     text
 }
 
 #[cfg(test)]
 mod tests {
     use super::replays_by_key_text;
+    use crate::store::Backend;
 
     #[test]
     fn the_replay_write_binds_three_values_a_key_on_either_backend() {
         assert_eq!(
-            replays_by_key_text(2, true),
-            "UPDATE deliveries AS d SET replays = d.replays + v.column3 FROM (VALUES ($1, $2, $3), ($4, $5, $6)) AS v WHERE d.endpoint = v.column1 AND d.delivery_id = v.column2"
+            replays_by_key_text(2, Backend::Postgres),
+            "UPDATE deliveries AS d SET replays = d.replays + v.column3 FROM (VALUES ($1,$2,$3),($4,$5,$6)) AS v WHERE d.endpoint = v.column1 AND d.delivery_id = v.column2"
         );
         assert_eq!(
-            replays_by_key_text(1, false),
-            "UPDATE deliveries AS d SET replays = d.replays + v.column3 FROM (VALUES (?, ?, ?)) AS v WHERE d.endpoint = v.column1 AND d.delivery_id = v.column2"
+            replays_by_key_text(1, Backend::Sqlite),
+            "UPDATE deliveries AS d SET replays = d.replays + v.column3 FROM (VALUES (?1,?2,?3)) AS v WHERE d.endpoint = v.column1 AND d.delivery_id = v.column2"
         );
     }
 }

@@ -23,6 +23,7 @@ pub mod schema;
 mod sqlite_runtime;
 mod statement_ledger;
 pub mod traffic;
+mod values_list;
 mod writer_thread;
 
 use crate::clock::SharedClock;

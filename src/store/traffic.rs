@@ -4,7 +4,7 @@
 //! purge.
 
 use super::schema::traffic;
-use super::{DbConn, StoreError};
+use super::{Backend, DbConn, StoreError, values_list};
 use crate::with_conn;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Integer, Text};
@@ -22,27 +22,11 @@ pub struct TrafficCount {
     pub count: i32,
 }
 
-/// The upsert of `rows` counters, with PostgreSQL's (`$1`) or SQLite's
-/// (`?1`) numbered placeholders.
-fn upsert_sql(rows: usize, postgres: bool) -> String {
+/// The upsert of `rows` counters, with `backend`'s numbered placeholders.
+fn upsert_sql(rows: usize, backend: Backend) -> String {
     let mut sql =
         String::from("INSERT INTO traffic (endpoint, minute, outcome, bucket, count) VALUES ");
-    let sign = if postgres { '$' } else { '?' };
-    for row in 0..rows {
-        let first = row * 5 + 1;
-        if row > 0 {
-            sql.push(',');
-        }
-        sql.push('(');
-        for n in first..first + 5 {
-            if n > first {
-                sql.push(',');
-            }
-            sql.push(sign);
-            sql.push_str(&n.to_string());
-        }
-        sql.push(')');
-    }
+    values_list::push_rows(&mut sql, rows, 5, backend);
     sql.push_str(
         " ON CONFLICT (endpoint, minute, outcome, bucket) \
          DO UPDATE SET count = traffic.count + excluded.count",
@@ -78,9 +62,9 @@ impl DbConn {
     /// that instances sharing a PostgreSQL database add into the same rows.
     /// (Diesel builds no multi-row upsert for SQLite, hence the SQL text.)
     pub async fn add_traffic(&mut self, counts: &[TrafficCount]) -> Result<(), StoreError> {
-        let postgres = matches!(self, DbConn::Pg(_));
+        let backend = self.backend();
         for chunk in counts.chunks(ROWS_PER_STATEMENT) {
-            let sql = upsert_sql(chunk.len(), postgres);
+            let sql = upsert_sql(chunk.len(), backend);
             with_conn!(self, |c| {
                 let mut query = diesel::sql_query(sql.as_str()).into_boxed();
                 for row in chunk {
@@ -140,15 +124,16 @@ impl DbConn {
 #[cfg(test)]
 mod tests {
     use super::upsert_sql;
+    use crate::store::Backend;
 
     #[test]
     fn the_upsert_numbers_five_placeholders_per_row_for_each_backend() {
         assert_eq!(
-            upsert_sql(2, true),
+            upsert_sql(2, Backend::Postgres),
             "INSERT INTO traffic (endpoint, minute, outcome, bucket, count) VALUES \
              ($1,$2,$3,$4,$5),($6,$7,$8,$9,$10) ON CONFLICT (endpoint, minute, outcome, bucket) \
              DO UPDATE SET count = traffic.count + excluded.count"
         );
-        assert!(upsert_sql(1, false).contains("VALUES (?1,?2,?3,?4,?5) ON CONFLICT"));
+        assert!(upsert_sql(1, Backend::Sqlite).contains("VALUES (?1,?2,?3,?4,?5) ON CONFLICT"));
     }
 }

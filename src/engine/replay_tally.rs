@@ -155,38 +155,40 @@ async fn write_chunk(
     store: &Store,
     chunk: &[(Counted, i32)],
 ) -> Result<(), crate::store::StoreError> {
-    // Keys without a body key are found by their primary key, all in one
-    // statement; a repeat matched by its body under another id is counted
-    // on whichever row its key or its body key names, one key at a time.
-    // Sorted: where PostgreSQL walks the list in order (a nested loop over
-    // the primary key, its plan on a large table), instances writing counts
-    // of the same keys at once lock those rows in the same order.
+    let mut tx = store.begin().await?;
+    match write_in(&mut tx, chunk).await {
+        Ok(()) => tx.commit().await,
+        Err(error) => {
+            tx.rollback().await?;
+            Err(error)
+        }
+    }
+}
+
+/// `chunk`'s counts, in `tx`. Keys without a body key are found by their
+/// primary key, all in one statement; a repeat matched by its body under
+/// another id is counted on whichever row its key or its body key names,
+/// one key at a time. Sorted: where PostgreSQL walks the list in order (a
+/// nested loop over the primary key, its plan on a large table), instances
+/// writing counts of the same keys at once lock those rows in the same
+/// order.
+async fn write_in(
+    tx: &mut crate::store::Transaction,
+    chunk: &[(Counted, i32)],
+) -> Result<(), crate::store::StoreError> {
     let mut by_key: Vec<(&str, &str, i32)> = chunk
         .iter()
         .filter(|((_, _, body_key), _)| body_key.is_none())
         .map(|((scope, key, _), n)| (scope.as_str(), key.as_str(), *n))
         .collect();
     by_key.sort_unstable();
-    let mut tx = store.begin().await?;
-    let mut written = tx.conn().count_replays_by_key(&by_key).await.map(|_| ());
+    tx.conn().count_replays_by_key(&by_key).await?;
     for ((scope, key, body_key), n) in chunk {
-        let Some(body_key) = body_key else {
-            continue;
-        };
-        if written.is_err() {
-            break;
+        if let Some(body_key) = body_key {
+            tx.conn().count_replays(scope, key, body_key, *n).await?;
         }
-        written = tx
-            .conn()
-            .count_replays(scope, key, Some(body_key), *n)
-            .await
-            .map(|_| ());
     }
-    if let Err(error) = written {
-        tx.rollback().await?;
-        return Err(error);
-    }
-    tx.commit().await
+    Ok(())
 }
 
 #[cfg(test)]

@@ -336,15 +336,17 @@ impl DbConn {
         Ok(updated)
     }
 
-    /// Adds `n` replays to a key answered from the store. `body_key` finds
-    /// the row a repeat matched by its body under another id. Prepared once
-    /// per connection (the text is the same for every key): diesel would
-    /// parse an `UPDATE` again for each of the up to 500 keys of a write.
+    /// Adds `n` replays to a key answered from the store whose request had
+    /// a body key: the row is the key's own, or the one a repeat matched by
+    /// its body under another id. Keys without one go through
+    /// [`DbConn::count_replays_by_key`]. Prepared once per connection (the
+    /// text is the same for every key): diesel would parse an `UPDATE`
+    /// again for each key of a write.
     pub async fn count_replays(
         &mut self,
         endpoint: &str,
         delivery_id: &str,
-        body_key: Option<&str>,
+        body_key: &str,
         n: i32,
     ) -> Result<bool, StoreError> {
         let updated = with_conn!(self, |c| {

@@ -42,17 +42,12 @@ fn ledger(id: &str, kind: &str, amount: i64) -> String {
     )
 }
 
-/// A `queue_jobs` row in `state`, with a lease or without.
-fn job(id: &str, state: &str, lease: bool) -> String {
-    let (owner, expires) = if lease {
-        ("'pid1/x'", AT)
-    } else {
-        ("NULL", "NULL")
-    };
+/// A `queue_jobs` row in `state`, without a lease (a running job gets its
+/// lease by update).
+fn job(id: &str, state: &str) -> String {
     format!(
-        "INSERT INTO queue_jobs (endpoint, delivery_id, state, next_run_at, lease_owner, \
-         lease_expires_at, received_at) VALUES ('checks', '{id}', '{state}', {AT}, {owner}, \
-         {expires}, {AT})"
+        "INSERT INTO queue_jobs (endpoint, delivery_id, state, next_run_at, received_at) \
+         VALUES ('checks', '{id}', '{state}', {AT}, {AT})"
     )
 }
 
@@ -92,33 +87,21 @@ crate::both_backends!(
         let mut conn = app.store.conn().await.expect("a connection");
         // What the engine writes: a claim with its lease, a completion with
         // its answer (the lease cleared), a charge and a refund.
-        run(&mut conn, &delivery("ok_claimed", "in_progress", true, false)).await.expect("a claim");
-        run(&mut conn, &delivery("ok_done", "completed", false, true)).await.expect("a completion");
-        run(
-            &mut conn,
-            "UPDATE deliveries SET status = 'completed', response_status = 200, response_body = '{}', \
-             completed_at = '2026-12-06 08:00:01', lease_owner = NULL, lease_expires_at = NULL \
-             WHERE endpoint = 'checks' AND delivery_id = 'ok_claimed'",
-        )
-        .await
-        .expect("the claim completed");
-        run(&mut conn, &ledger("ok_done", "charge", 1)).await.expect("a charge");
-        run(&mut conn, &ledger("ok_claimed", "refund", 4200)).await.expect("a refund");
+        let unleased = "lease_owner = NULL, lease_expires_at = NULL";
+        accepted(&mut conn, &delivery("ok_claimed", "in_progress", true, false)).await;
+        accepted(&mut conn, &delivery("ok_done", "completed", false, true)).await;
+        let completion = "status = 'completed', response_status = 200, response_body = '{}', \
+                          completed_at = '2026-12-06 08:00:01'";
+        accepted(&mut conn, &update("deliveries", "ok_claimed", &format!("{completion}, {unleased}"))).await;
+        accepted(&mut conn, &ledger("ok_done", "charge", 1)).await;
+        accepted(&mut conn, &ledger("ok_claimed", "refund", 4200)).await;
 
         refused(&mut conn, &delivery("bad_status", "pending", true, true)).await;
         refused(&mut conn, &delivery("claim_without_lease", "in_progress", false, false)).await;
         refused(&mut conn, &delivery("done_without_answer", "completed", true, false)).await;
         // An update is checked as well: back to in progress without a lease.
-        refused(
-            &mut conn,
-            "UPDATE deliveries SET status = 'in_progress' WHERE endpoint = 'checks' AND delivery_id = 'ok_done'",
-        )
-        .await;
-        refused(
-            &mut conn,
-            "UPDATE deliveries SET response_body = NULL WHERE endpoint = 'checks' AND delivery_id = 'ok_done'",
-        )
-        .await;
+        refused(&mut conn, &update("deliveries", "ok_done", "status = 'in_progress'")).await;
+        refused(&mut conn, &update("deliveries", "ok_done", "response_body = NULL")).await;
         refused(&mut conn, &ledger("x", "payout", 1)).await;
         refused(&mut conn, &ledger("x", "charge", 0)).await;
         refused(&mut conn, &ledger("x", "refund", -5)).await;
@@ -126,15 +109,14 @@ crate::both_backends!(
         // A job's life: queued, running under a lease, done; and the other
         // states a worker or an operator leaves it in.
         let leased = "lease_owner = 'pid1/x', lease_expires_at = '2026-12-06 08:01:00'";
-        let unleased = "lease_owner = NULL, lease_expires_at = NULL";
-        accepted(&mut conn, &job("job_ok", "queued", false)).await;
+        accepted(&mut conn, &job("job_ok", "queued")).await;
         accepted(&mut conn, &update("queue_jobs", "job_ok", &format!("state = 'running', {leased}"))).await;
         accepted(&mut conn, &update("queue_jobs", "job_ok", &format!("state = 'done', {unleased}"))).await;
         for state in ["retrying", "dead", "cancelled"] {
-            accepted(&mut conn, &job(&format!("job_{state}"), state, false)).await;
+            accepted(&mut conn, &job(&format!("job_{state}"), state)).await;
         }
-        refused(&mut conn, &job("job_bad_state", "paused", false)).await;
-        refused(&mut conn, &job("job_running_unleased", "running", false)).await;
+        refused(&mut conn, &job("job_bad_state", "paused")).await;
+        refused(&mut conn, &job("job_running_unleased", "running")).await;
         refused(&mut conn, &update("queue_jobs", "job_ok", "state = 'running'")).await;
 
         // An outbox row: pending, taken under a lease, sent; failed.

@@ -13,12 +13,13 @@
 mod claim;
 mod in_flight;
 mod outcome;
+mod planned;
 mod queue;
 mod replay_tally;
 mod traced;
 
 pub use claim::{Claim, Lease, Pending};
-pub use outcome::{EngineError, Landed, Operation, OperationError, Outcome};
+pub use outcome::{EngineError, Landed, Operation, OperationError, Outcome, Planned};
 pub use queue::{Job, JobOutcome, RetryPolicy};
 pub use traced::delivery_attributes;
 
@@ -239,7 +240,17 @@ impl Engine {
         let held = (self.store().backend() == Backend::Postgres
             && !operation.has_external_effects())
         .then(|| self.inner.in_flight.hold(&request.scope, &request.key));
-        let may_fly = held.as_ref().is_some_and(|held| held.alone);
+        let mut may_fly = held.as_ref().is_some_and(|held| held.alone);
+        if may_fly {
+            // The whole delivery in one statement, where the operation plans.
+            match Box::pin(self.claim_planned(request, operation)).await? {
+                planned::OneStatement::Answered(answer) => return Ok(answer),
+                planned::OneStatement::NotPlanned => {}
+                // The key's row exists: statements sent ahead of the next
+                // claim would only be rolled back.
+                planned::OneStatement::ClaimLost => may_fly = false,
+            }
+        }
         let mut first = true;
         loop {
             let fly = (first && may_fly).then_some(operation);

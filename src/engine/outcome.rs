@@ -1,4 +1,4 @@
-use crate::store::{Claimed, DbConn, Flight, StoreError, StoredResponse};
+use crate::store::{Claimed, DbConn, Flight, PlannedWrite, StoreError, StoredResponse};
 use futures_util::future::LocalBoxFuture;
 use std::time::Duration;
 
@@ -48,6 +48,23 @@ pub trait Operation {
         None
     }
 
+    /// The whole operation as data, decided before the claim: the answer
+    /// to store and the rows to write with it (see `Handler::plan`), for
+    /// `claim`. `ledger_id` is an id drawn for a ledger row, taken by a plan
+    /// that writes one. Where an operation plans, a fresh key on PostgreSQL
+    /// costs one statement (see `store::one_statement`): the claim, the
+    /// writes and the completion, in a transaction of its own. A refusal
+    /// (`Err(OperationError::Rejected)`) is stored alone the same way.
+    /// `None` (the default), or any other error: the operation runs after
+    /// the claim, as always.
+    fn plan(
+        &self,
+        _claim: &Claimed,
+        _ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Planned<'_>, OperationError>> {
+        None
+    }
+
     /// The response, from what [`Operation::run_in_flight`]'s statements
     /// gave, once the claim is known to be this request's.
     fn finish_flight(
@@ -59,6 +76,13 @@ pub trait Operation {
             "finish_flight without run_in_flight".into(),
         ))
     }
+}
+
+/// An operation decided before its claim: see [`Operation::plan`].
+#[derive(Debug)]
+pub struct Planned<'a> {
+    pub response: StoredResponse,
+    pub writes: Vec<PlannedWrite<'a>>,
 }
 
 /// How an [`Operation`] can end other than with a response to store.

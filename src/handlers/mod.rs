@@ -10,7 +10,7 @@ pub use payments::Payments;
 pub use publish::Publish;
 pub use record::Record;
 
-use crate::store::{DbConn, Flight};
+use crate::store::{DbConn, Flight, PlannedWrite};
 use chrono::NaiveDateTime;
 use futures_util::future::LocalBoxFuture;
 use serde_json::Value;
@@ -86,6 +86,27 @@ pub trait Handler: Send + Sync + 'static {
         None
     }
 
+    /// `handle`'s whole work as data, decided from the event alone before
+    /// the claim: the one row it would write, of a table the store knows
+    /// ([`PlannedWrite`]), and the answer it would give. `ledger_id` is an id
+    /// drawn for the delivery's ledger row; a plan that writes one takes it
+    /// (and where it is gone already, returns `None`). A plan must mean
+    /// exactly what `handle` does: the same row, the same answer, the same
+    /// refusal.
+    ///
+    /// Where every handler of an endpoint plans, a fresh delivery on
+    /// PostgreSQL claims its key, makes the writes and stores its answer in
+    /// one statement, its own transaction (`store::one_statement`); a claim
+    /// that loses writes nothing. `None` (the default): the handler runs
+    /// through [`Handler::handle_in_flight`] or [`Handler::handle`].
+    fn plan<'a>(
+        &'a self,
+        _event: &'a Event,
+        _ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Plan<'a>, HandlerError>> {
+        None
+    }
+
     /// The work outside the database (only for [`Handler::external`]).
     async fn perform(&self, _event: &Event) -> Result<Option<Value>, HandlerError> {
         Ok(None)
@@ -96,6 +117,16 @@ pub trait Handler: Send + Sync + 'static {
     async fn reconcile(&self, _event: &Event) -> Result<Reconciled, HandlerError> {
         Ok(Reconciled::Unknown)
     }
+}
+
+/// A handler's whole work, decided from the event alone: see
+/// [`Handler::plan`].
+#[derive(Debug)]
+pub struct Plan<'a> {
+    /// The row it writes, if any.
+    pub write: Option<PlannedWrite<'a>>,
+    /// Its answer, as `handle` gives it: stored under the handler's name.
+    pub answer: Option<Value>,
 }
 
 /// What the outside system says about an abandoned delivery.

@@ -1,6 +1,6 @@
-use super::{Event, Handler, HandlerError};
+use super::{Event, Handler, HandlerError, Plan};
 use crate::store::schema::events;
-use crate::store::{BoundTimestamp, DbConn, FixedText, Flight};
+use crate::store::{BoundTimestamp, DbConn, FixedText, Flight, PlannedWrite};
 use crate::with_conn;
 use diesel::ExpressionMethods;
 use diesel::pg::Pg;
@@ -42,6 +42,22 @@ impl Handler for Record {
             }
             .boxed_local(),
         )
+    }
+
+    fn plan<'a>(
+        &'a self,
+        event: &'a Event,
+        _ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Plan<'a>, HandlerError>> {
+        // The row `upsert` writes, replacing an earlier run's the same way.
+        Some(Ok(Plan {
+            write: Some(PlannedWrite::Event {
+                event_type: event.event_type.as_deref(),
+                payload: String::from_utf8_lossy(&event.raw),
+                recorded_at: event.received_at,
+            }),
+            answer: Some(recorded()),
+        }))
     }
 }
 

@@ -11,8 +11,10 @@ mod expired;
 mod group_commit;
 mod history;
 mod lanes;
+mod ledger_ids;
 mod listing;
 mod migrate;
+mod one_statement;
 pub mod outbox;
 mod pipeline;
 mod pool;
@@ -44,6 +46,7 @@ pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, ScannedRow,
     StatusCount,
 };
+pub use one_statement::PlannedWrite;
 pub use pipeline::{AfterClaim, Flight};
 pub use pool::{DatabaseUrl, StoreOptions};
 pub use prepared::{FixedStatement, FixedText, Prepared, SqlText, TextSlot};
@@ -121,6 +124,8 @@ struct Shared {
     /// Where SQLite's deliveries run; see [`writer_thread`].
     writer: Option<writer_thread::WriterThread>,
     clock: SharedClock,
+    /// Ledger ids drawn ahead for one-statement deliveries (PostgreSQL).
+    ledger_ids: ledger_ids::LedgerIds,
 }
 
 /// Which backend a [`Store`] talks to.
@@ -274,6 +279,23 @@ impl Store {
     /// Completed keys this process has read, to answer repeats from memory.
     pub fn replay_cache(&self) -> &ReplayCache {
         &self.shared.replays
+    }
+
+    /// A ledger id for a write planned before its statement (see
+    /// `one_statement`), drawn ahead from the sequence on `conn` when none
+    /// is left. PostgreSQL only.
+    pub async fn draw_ledger_id(&self, conn: &mut DbConn) -> Result<i64, StoreError> {
+        self.shared.ledger_ids.take(conn).await
+    }
+
+    /// A ledger id drawn ahead and not used yet, if there is one.
+    pub fn spare_ledger_id(&self) -> Option<i64> {
+        self.shared.ledger_ids.spare()
+    }
+
+    /// Gives back a ledger id drawn for a statement that did not write it.
+    pub fn return_ledger_id(&self, id: i64) {
+        self.shared.ledger_ids.give_back(id)
     }
 
     /// How many connections the pool holds and how many callers wait for

@@ -213,6 +213,7 @@ impl Store {
                 url: url.clone(),
                 replays: ReplayCache::new(&options.replay_cache, options.clock.clone()),
                 clock: options.clock.clone(),
+                ledger_ids: Default::default(),
                 // The same cap on blocking threads as the HTTP workers'
                 // (`startup`): one per pooled connection, and a few more.
                 writer: write_gate

@@ -4,7 +4,7 @@
 
 use super::Endpoint;
 use crate::clock::SharedClock;
-use crate::engine::{Landed, Operation, OperationError};
+use crate::engine::{Landed, Operation, OperationError, Planned};
 use crate::handlers::{Event, HandlerError};
 use crate::log_text::escaped;
 use crate::problem::{CONTENT_TYPE_PROBLEM, Problem};
@@ -197,6 +197,40 @@ impl Operation for RunHandlers {
                 Ok(Box::new(effects) as Landed)
             }
             .boxed_local(),
+        )
+    }
+
+    fn plan(
+        &self,
+        claim: &Claimed,
+        ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Planned<'_>, OperationError>> {
+        // All of them or none, in configured order: the first refusal is
+        // the one stored, as if they had run one after another.
+        let mut effects = self.external.borrow().clone();
+        let mut writes = Vec::with_capacity(self.endpoint.handlers.len());
+        for (name, handler) in &self.endpoint.handlers {
+            if handler.external() {
+                return None;
+            }
+            // Its span, as where it runs: here it decides, and the claim's
+            // statement writes.
+            let span = handler_span(name);
+            let planned = span.in_scope(|| handler.plan(&self.event, ledger_id))?;
+            if let Err(error) = &planned {
+                traces::set_error(&span, &error.to_string());
+            }
+            let planned = planned.map(|plan| {
+                writes.extend(plan.write);
+                plan.answer
+            });
+            if let Err(error) = self.absorb(&mut effects, name, planned) {
+                return Some(Err(error));
+            }
+        }
+        Some(
+            self.response(effects, claim)
+                .map(|response| Planned { response, writes }),
         )
     }
 

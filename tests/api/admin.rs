@@ -87,23 +87,6 @@ pub(crate) async fn plant_in_progress(app: &TestApp, id: &str) {
     assert!(inserted);
 }
 
-/// Waits for the replay count of the key at `path` to reach `expected`: it
-/// is written after the replay was answered.
-async fn wait_for_replays(app: &TestApp, path: &str, expected: i64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let replays = app.admin_json(path).await["delivery"]["replays"].as_i64();
-        if replays == Some(expected) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{path}: {replays:?} replays counted, expected {expected}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 both_backends_with!(admin;
     async fn the_listing_filters_by_endpoint_status_event_type_received_time_and_id_prefix(app) {
         assert_eq!(app.deliver("msg_a1", &payment("pay_a1", 100)).await.status(), 200);
@@ -459,7 +442,7 @@ both_backends_with!(admin;
         // caused has landed, and none of it may have reached these rows.
         expected.sort_by_key(|(_, repeats)| -repeats);
         for (path, repeats) in &expected {
-            wait_for_replays(app, path, *repeats).await;
+            app.wait_for_replays(path, *repeats).await;
         }
     }
 );
@@ -475,14 +458,14 @@ both_backends_with!(admin;
             assert_eq!(again.headers()["idempotent-replayed"], "true");
             assert_eq!(again.bytes().await.unwrap(), first);
         }
-        wait_for_replays(app, "/admin/deliveries/shop/msg_r1", 2).await;
+        app.wait_for_replays("/admin/deliveries/shop/msg_r1", 2).await;
 
         let request = json!({"order_id": "o_r", "amount": 100, "currency": "EUR"});
         let created = app.post_json("/payments", Some("key-r1"), &[], &request).await;
         assert_eq!(created.status(), 201);
         let again = app.post_json("/payments", Some("key-r1"), &[], &request).await;
         assert_eq!(again.headers()["idempotent-replayed"], "true");
-        wait_for_replays(app, "/admin/deliveries/POST%20%2Fpayments/key-r1", 1).await;
+        app.wait_for_replays("/admin/deliveries/POST%20%2Fpayments/key-r1", 1).await;
 
         // A key that was never repeated counts none; a mismatch is no replay.
         assert_eq!(app.deliver("msg_r2", &payment("pay_r2", 100)).await.status(), 200);

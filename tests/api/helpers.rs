@@ -15,6 +15,7 @@ use idempotent_receiver::store::{DatabaseUrl, DeliveryRow, Store, StoreOptions};
 use idempotent_receiver::with_conn;
 use std::io::Write;
 use std::sync::{Arc, Once};
+use std::time::Duration;
 
 pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const OTHER_SECRET: &str = "whsec_c2VjcmV0LW51bWJlci10d28tMTIzNDU2Nzg=";
@@ -364,6 +365,24 @@ impl TestApp {
         serde_json::from_str(&text).expect("a JSON body")
     }
 
+    /// Waits for the replay count of the key at `path` (an admin delivery
+    /// route) to reach `expected`: it is written after the replay was
+    /// answered, by the replay tally's next write.
+    pub async fn wait_for_replays(&self, path: &str, expected: i64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let replays = self.admin_json(path).await["delivery"]["replays"].as_i64();
+            if replays == Some(expected) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{path}: {replays:?} replays counted, expected {expected}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Moves the `received_at` of the key `key` in `scope` into the past.
     pub async fn age_key(&self, scope: &str, key: &str, by: chrono::TimeDelta) {
         let mut conn = self.store.conn().await.expect("a connection");
@@ -577,6 +596,13 @@ impl TestAppBuilder {
     pub fn handler(mut self, name: &str, handler: impl Handler) -> Self {
         self.registry = self.registry.with(name, handler);
         self.handlers.push(name.to_owned());
+        self
+    }
+
+    /// Runs `handler` under a name the endpoints' list already has (a
+    /// built-in's), in its place.
+    pub fn replace_handler(mut self, name: &str, handler: impl Handler) -> Self {
+        self.registry = self.registry.with(name, handler);
         self
     }
 

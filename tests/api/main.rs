@@ -40,6 +40,7 @@ mod group_commit;
 mod leases;
 mod log_injection;
 mod observability;
+mod one_statement;
 mod outage;
 mod outbox;
 mod outbox_brokers;

@@ -11,7 +11,7 @@ use crate::helpers::{Backend, TestApp, payment, problem};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection, TransactionManager};
 use futures_util::future::LocalBoxFuture;
-use idempotent_receiver::handlers::{Event, Handler, HandlerError};
+use idempotent_receiver::handlers::{Event, Handler, HandlerError, Payments, Record};
 use serde_json::Value;
 
 /// What a handler's `conn.transaction(...)` does at its start and on
@@ -440,10 +440,39 @@ async fn a_completion_failing_in_flight_with_commit_keeps_nothing() {
     );
 }
 
+/// A built-in handler that flies with the claim but does not plan, as a
+/// handler of one's own written with `handle_in_flight` does: its endpoint's
+/// deliveries take the flights, not the one statement that planned
+/// handlers get on PostgreSQL (`store::one_statement`).
+struct FliesOnly<H>(H);
+
+#[async_trait::async_trait(?Send)]
+impl<H: Handler> Handler for FliesOnly<H> {
+    async fn handle(
+        &self,
+        event: &Event,
+        conn: &mut DbConn,
+    ) -> Result<Option<Value>, HandlerError> {
+        self.0.handle(event, conn).await
+    }
+
+    fn handle_in_flight<'a>(
+        &'a self,
+        event: &'a Event,
+        flight: Flight<'a>,
+    ) -> Option<LocalBoxFuture<'a, Result<Option<Value>, HandlerError>>> {
+        self.0.handle_in_flight(event, flight)
+    }
+}
+
 /// One pooled connection, so that every delivery after the first finds the
-/// claim's statement prepared and sends the handlers behind it.
+/// claim's statement prepared and sends the handlers behind it; `record`
+/// and `payments` fly but do not plan.
 fn one_connection(builder: crate::helpers::TestAppBuilder) -> crate::helpers::TestAppBuilder {
-    builder.top_level("pool_size = 1")
+    builder
+        .top_level("pool_size = 1")
+        .replace_handler("record", FliesOnly(Record))
+        .replace_handler("payments", FliesOnly(Payments))
 }
 
 /// The answer's ledger entry id.

@@ -1,6 +1,6 @@
-use super::{Event, Handler, HandlerError};
+use super::{Event, Handler, HandlerError, Plan};
 use crate::store::schema::ledger_entries;
-use crate::store::{BoundTimestamp, DbConn, FixedText, Flight};
+use crate::store::{BoundTimestamp, DbConn, FixedText, Flight, PlannedWrite};
 use crate::with_conn;
 use diesel::ExpressionMethods;
 use diesel_async::RunQueryDsl;
@@ -123,6 +123,39 @@ impl Handler for Payments {
             }
             .boxed_local(),
         )
+    }
+
+    fn plan<'a>(
+        &'a self,
+        event: &'a Event,
+        ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Plan<'a>, HandlerError>> {
+        let m = match booked(event) {
+            Ok(Booking::Book(m)) => m,
+            Ok(Booking::Skip(answer)) => {
+                return Some(Ok(Plan {
+                    write: None,
+                    answer,
+                }));
+            }
+            Err(refused) => return Some(Err(refused)),
+        };
+        // The row `ledger_insert!` writes, with its id drawn beforehand
+        // instead of by the column's default.
+        let id = ledger_id.take()?;
+        let answer = Some(entry(id, &m));
+        Some(Ok(Plan {
+            write: Some(PlannedWrite::Ledger {
+                id,
+                kind: m.kind,
+                payment_id: m.payment_id,
+                order_id: m.order_id,
+                amount: m.amount,
+                currency: m.currency.into(),
+                created_at: event.received_at,
+            }),
+            answer,
+        }))
     }
 }
 

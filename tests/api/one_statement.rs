@@ -1,0 +1,177 @@
+//! A fresh delivery whose handlers plan (the defaults, `record` and
+//! `payments`) is claimed, written and completed in one statement on
+//! PostgreSQL (`store::one_statement`), with its ledger id drawn ahead. On
+//! SQLite the same deliveries take the ordinary path: every assertion here
+//! holds on both.
+
+use crate::admin::plant_in_progress;
+use crate::both_backends;
+use crate::helpers::{ENDPOINT, TestApp, payment};
+use diesel::prelude::*;
+use diesel_async::RunQueryDsl;
+use idempotent_receiver::store::schema::deliveries;
+use idempotent_receiver::with_conn;
+use serde_json::Value;
+
+#[derive(QueryableByName, Debug, PartialEq)]
+struct LedgerRow {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    id: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    delivery_id: String,
+}
+
+async fn ledger(app: &TestApp) -> Vec<LedgerRow> {
+    let mut conn = app.store.conn().await.expect("a connection");
+    with_conn!(&mut conn, |c| {
+        diesel::sql_query("SELECT id, delivery_id FROM ledger_entries ORDER BY id")
+            .load::<LedgerRow>(c)
+            .await
+    })
+    .expect("the ledger")
+}
+
+/// A delivery's row: status, lease owner, attempts, stored answer, request.
+type StoredRow = (
+    String,
+    Option<String>,
+    i32,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+);
+
+async fn stored(app: &TestApp, id: &str) -> StoredRow {
+    use deliveries::dsl;
+    let mut conn = app.store.conn().await.expect("a connection");
+    with_conn!(&mut conn, |c| {
+        deliveries::table
+            .filter(dsl::endpoint.eq(ENDPOINT))
+            .filter(dsl::delivery_id.eq(id))
+            .select((
+                dsl::status,
+                dsl::lease_owner,
+                dsl::attempts,
+                dsl::response_body,
+                dsl::request_body,
+            ))
+            .get_result::<StoredRow>(c)
+            .await
+    })
+    .expect("the delivery's row")
+}
+
+/// The ledger id a processed delivery's answer names.
+fn answered_ledger_id(body: &[u8]) -> i64 {
+    let answer: Value = serde_json::from_slice(body).expect("a JSON answer");
+    answer["effects"]["payments"]["ledger_entry_id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no ledger id in {answer}"))
+}
+
+both_backends!(
+    async fn each_answer_names_the_ledger_row_written_with_it_and_the_row_is_completed_once(app) {
+        // In parallel, so that the ids drawn ahead are handed to many
+        // deliveries at once.
+        let ids: Vec<String> = (0..40).map(|n| format!("msg_one_{n}")).collect();
+        let bodies: Vec<Vec<u8>> = ids.iter().map(|id| payment(&format!("pay_{id}"), 100)).collect();
+        let answers = futures_util::future::join_all(
+            ids.iter().zip(&bodies).map(|(id, body)| app.deliver(id, body)),
+        )
+        .await;
+        let mut named = Vec::new();
+        for (id, answer) in ids.iter().zip(answers) {
+            assert_eq!(answer.status(), 200, "{id}");
+            let body = answer.bytes().await.unwrap();
+            named.push(LedgerRow {
+                id: answered_ledger_id(&body),
+                delivery_id: id.clone(),
+            });
+            let (status, lease_owner, attempts, answer, request) = stored(app, id).await;
+            assert_eq!(status, "completed");
+            assert_eq!(lease_owner, None);
+            assert_eq!(attempts, 1);
+            assert_eq!(answer.as_deref(), Some(&body[..]), "the stored answer is the one sent");
+            assert!(request.is_some(), "the request is kept for reprocessing");
+        }
+        named.sort_by_key(|row| row.id);
+        assert_eq!(ledger(app).await, named, "one row per delivery, each under the id its answer names");
+        assert_eq!(app.count("events").await, 40);
+
+        // A repeat is the stored answer, byte for byte, and writes nothing.
+        let again = app.deliver(&ids[0], &bodies[0]).await;
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(ledger(app).await.len(), 40);
+    }
+);
+
+both_backends!(
+    async fn a_repeat_the_replay_cache_missed_writes_nothing_and_its_ledger_id_goes_to_the_next_delivery(app) {
+        let body = payment("pay_missed", 100);
+        let first = app.deliver("msg_missed", &body).await;
+        assert_eq!(first.status(), 200);
+        let first = first.bytes().await.unwrap();
+        // As if another instance had processed it: this process does not
+        // know the key, so the repeat meets the row in the database.
+        app.store.replay_cache().clear();
+        let again = app.deliver("msg_missed", &body).await;
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.bytes().await.unwrap(), first);
+        assert_eq!(app.ledger_rows().await, 1);
+        assert_eq!(app.count("events").await, 1);
+
+        // The same key with another payload: 409, nothing written.
+        app.store.replay_cache().clear();
+        let other = app.deliver("msg_missed", &payment("pay_other", 100)).await;
+        assert_eq!(other.status(), 409);
+        assert_eq!(app.ledger_rows().await, 1);
+
+        // The ids those two drew and did not write are handed out again, so
+        // the next delivery's row takes the id right after the first one's
+        // (on SQLite the column's own sequence gives the same).
+        let next = app.deliver("msg_next", &payment("pay_next", 100)).await;
+        assert_eq!(next.status(), 200);
+        let next = answered_ledger_id(&next.bytes().await.unwrap());
+        assert_eq!(next, answered_ledger_id(&first) + 1);
+    }
+);
+
+both_backends!(
+    async fn a_key_held_by_a_dead_claim_is_not_written_over_by_the_one_statement(app) {
+        // A claim in progress, its lease five minutes from running out: a
+        // delivery of the key is refused (409) and writes nothing, and the
+        // claim stays as it was.
+        plant_in_progress(app, "msg_held").await;
+        let answer = app.deliver("msg_held", &payment("pay_held", 100)).await;
+        assert_eq!(answer.status(), 409);
+        assert_eq!(app.ledger_rows().await, 0);
+        assert_eq!(app.count("events").await, 0);
+        let (status, lease_owner, ..) = stored(app, "msg_held").await;
+        assert_eq!(status, "in_progress");
+        assert_eq!(lease_owner.as_deref(), Some("pid1-dead/0000"));
+    }
+);
+
+both_backends!(
+    async fn a_refused_event_is_stored_alone_and_every_repeat_gets_the_same_refusal(app) {
+        // A payment without an amount can never succeed: 422, stored, with
+        // neither the event nor a ledger row.
+        let body = serde_json::json!({
+            "type": "payment.succeeded",
+            "data": { "id": "pay_no_amount", "currency": "EUR" }
+        })
+        .to_string()
+        .into_bytes();
+        let refused = app.deliver("msg_refused", &body).await;
+        assert_eq!(refused.status(), 422);
+        let refused = refused.bytes().await.unwrap();
+        assert_eq!(app.ledger_rows().await, 0);
+        assert_eq!(app.count("events").await, 0);
+        let (status, _, _, answer, _) = stored(app, "msg_refused").await;
+        assert_eq!(status, "completed");
+        assert_eq!(answer.as_deref(), Some(&refused[..]));
+        app.store.replay_cache().clear();
+        let again = app.deliver("msg_refused", &body).await;
+        assert_eq!(again.status(), 422);
+        assert_eq!(again.bytes().await.unwrap(), refused);
+    }
+);

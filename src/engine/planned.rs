@@ -30,6 +30,9 @@ impl Engine {
         request: &ClaimRequest,
         operation: &dyn Operation,
     ) -> Result<OneStatement, EngineError> {
+        if let Some(answer) = self.answered_from_cache(request) {
+            return Ok(OneStatement::Answered(answer));
+        }
         // Planned first, so that an operation that does not plan costs no
         // connection here; the ids are drawn ahead, a hundred at a time.
         let mut conn = None;
@@ -76,7 +79,7 @@ impl Engine {
         };
         // The checkout may have waited behind a storm's copies (as in
         // `try_claim`): their first may have answered by now.
-        if let Some(answer) = self.cached(request) {
+        if let Some(answer) = self.answered_from_cache(request) {
             self.give_back(ledger_id, written);
             return Ok(OneStatement::Answered(answer));
         }
@@ -143,6 +146,16 @@ impl Engine {
                 Err(e.into())
             }
         }
+    }
+
+    /// The replay cache's answer for `request`, a replay counted as
+    /// `Engine::claim_with` counts the ones it answers.
+    fn answered_from_cache(&self, request: &ClaimRequest) -> Option<Outcome> {
+        let answer = self.cached(request)?;
+        if matches!(answer, Outcome::Replayed(_)) {
+            self.count_replay_of(request);
+        }
+        Some(answer)
     }
 
     /// Gives back ledger ids that no row took: the one no plan took, and

@@ -63,16 +63,17 @@ impl Engine {
             Some(Err(_)) | None => None,
         };
         let Some(Planned { response, writes }) = planned else {
-            self.give_back(Some(drawn), None);
+            self.store().return_ledger_id(drawn);
             return Ok(OneStatement::NotPlanned);
         };
-        let written = writes.iter().find_map(|w| w.ledger_id());
+        // Whether a row of this statement carries the drawn id.
+        let carried = writes.iter().any(|w| w.ledger_id() == Some(drawn));
         let mut conn = match conn {
             Some(conn) => conn,
             None => match self.store().conn().await {
                 Ok(conn) => conn,
                 Err(e) => {
-                    self.give_back(ledger_id, written);
+                    self.store().return_ledger_id(drawn);
                     return Err(e.into());
                 }
             },
@@ -80,7 +81,7 @@ impl Engine {
         // The checkout may have waited behind a storm's copies (as in
         // `try_claim`): their first may have answered by now.
         if let Some(answer) = self.answered_from_cache(request) {
-            self.give_back(ledger_id, written);
+            self.store().return_ledger_id(drawn);
             return Ok(OneStatement::Answered(answer));
         }
         let now = self.now();
@@ -114,9 +115,15 @@ impl Engine {
             Err(error) => traces::set_error(&claiming, &error.to_string()),
         }
         drop(claiming);
+        // The drawn id goes back unless a row may hold it: one this
+        // statement wrote, or may have written where its answer was lost
+        // (a timeout is not a "no").
+        let maybe_written = carried && !matches!(claimed, Ok(false) | Err(StoreError::LockTimeout));
+        if !maybe_written {
+            self.store().return_ledger_id(drawn);
+        }
         match claimed {
             Ok(true) => {
-                self.give_back(ledger_id, None);
                 self.store().replay_cache().remember(
                     &request.scope,
                     &request.key,
@@ -127,24 +134,13 @@ impl Engine {
                 );
                 Ok(OneStatement::Answered(Outcome::Fresh(response)))
             }
-            Ok(false) => {
-                self.give_back(ledger_id, written);
-                Ok(OneStatement::ClaimLost)
-            }
+            Ok(false) => Ok(OneStatement::ClaimLost),
             // Another attempt's transaction held the key for all of
             // `lock_timeout` (the bounded wait): busy, as in `try_claim`.
-            Err(StoreError::LockTimeout) => {
-                self.give_back(ledger_id, written);
-                Ok(OneStatement::Answered(Outcome::InProgress {
-                    retry_after: std::time::Duration::from_secs(1),
-                }))
-            }
-            // The statement may have committed unseen: its id is not
-            // given back.
-            Err(e) => {
-                self.give_back(ledger_id, None);
-                Err(e.into())
-            }
+            Err(StoreError::LockTimeout) => Ok(OneStatement::Answered(Outcome::InProgress {
+                retry_after: std::time::Duration::from_secs(1),
+            })),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -156,13 +152,5 @@ impl Engine {
             self.count_replay_of(request);
         }
         Some(answer)
-    }
-
-    /// Gives back ledger ids that no row took: the one no plan took, and
-    /// the one a statement that wrote nothing carried.
-    fn give_back(&self, unused: Option<i64>, not_written: Option<i64>) {
-        for id in unused.into_iter().chain(not_written) {
-            self.store().return_ledger_id(id);
-        }
     }
 }

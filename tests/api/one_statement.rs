@@ -5,10 +5,12 @@
 //! holds on both.
 
 use crate::admin::plant_in_progress;
-use crate::both_backends;
-use crate::helpers::{ENDPOINT, TestApp, payment};
+use crate::helpers::{ENDPOINT, TestApp, TestAppBuilder, payment};
+use crate::{both_backends, both_backends_with};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
+use idempotent_receiver::handlers::{Event, Handler, HandlerError, Plan};
+use idempotent_receiver::store::DbConn;
 use idempotent_receiver::store::schema::deliveries;
 use idempotent_receiver::with_conn;
 use serde_json::Value;
@@ -173,5 +175,61 @@ both_backends!(
         let again = app.deliver("msg_refused", &body).await;
         assert_eq!(again.status(), 422);
         assert_eq!(again.bytes().await.unwrap(), refused);
+    }
+);
+
+/// Refuses a payment for the order `order_refused`, in its plan as in
+/// `handle`, and otherwise answers nothing and writes nothing.
+struct RefusesRefused;
+
+fn refusal(event: &Event) -> Result<Option<Value>, HandlerError> {
+    match event.payload["data"]["order_id"].as_str() {
+        Some("order_refused") => Err(HandlerError::Rejected("refused".into())),
+        _ => Ok(None),
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Handler for RefusesRefused {
+    async fn handle(&self, event: &Event, _: &mut DbConn) -> Result<Option<Value>, HandlerError> {
+        refusal(event)
+    }
+
+    fn plan<'a>(
+        &'a self,
+        event: &'a Event,
+        _ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Plan<'a>, HandlerError>> {
+        Some(refusal(event).map(|answer| Plan {
+            write: None,
+            answer,
+        }))
+    }
+}
+
+fn with_a_refuser_after_payments(builder: TestAppBuilder) -> TestAppBuilder {
+    builder.handler("refuser", RefusesRefused)
+}
+
+both_backends_with!(with_a_refuser_after_payments;
+    async fn a_refusal_after_payments_planned_its_row_writes_nothing_and_frees_the_id(app) {
+        let first = app.deliver("msg_before", &payment("pay_before", 100)).await;
+        assert_eq!(first.status(), 200);
+        let first = answered_ledger_id(&first.bytes().await.unwrap());
+        // `payments` books this one (and takes an id in its plan); the
+        // handler after it refuses it: 422, no row of either.
+        let refused = serde_json::json!({
+            "type": "payment.succeeded",
+            "data": { "id": "pay_refused", "order_id": "order_refused", "amount": 100, "currency": "EUR" }
+        })
+        .to_string()
+        .into_bytes();
+        let answer = app.deliver("msg_refused_later", &refused).await;
+        assert_eq!(answer.status(), 422);
+        assert_eq!(app.ledger_rows().await, 1);
+        assert_eq!(app.count("events").await, 1);
+        let next = app.deliver("msg_after", &payment("pay_after", 100)).await;
+        assert_eq!(next.status(), 200);
+        assert_eq!(answered_ledger_id(&next.bytes().await.unwrap()), first + 1);
     }
 );

@@ -30,10 +30,9 @@ impl Engine {
         request: &ClaimRequest,
         operation: &dyn Operation,
     ) -> Result<OneStatement, EngineError> {
-        if let Some(answer) = self.answered_from_cache(request) {
-            return Ok(OneStatement::Answered(answer));
-        }
-        // Planned first, so that an operation that does not plan costs no
+        // The caller asked the replay cache just before (`webhooks`'
+        // `process_one`); it is asked again once a connection is checked
+        // out, below. Planned first, so that an operation that does not plan costs no
         // connection here; the ids are drawn ahead, a hundred at a time.
         let mut conn = None;
         let drawn = match self.store().spare_ledger_id() {
@@ -80,7 +79,7 @@ impl Engine {
         };
         // The checkout may have waited behind a storm's copies (as in
         // `try_claim`): their first may have answered by now.
-        if let Some(answer) = self.answered_from_cache(request) {
+        if let Some(answer) = self.answer_from_cache(request) {
             self.store().return_ledger_id(drawn);
             return Ok(OneStatement::Answered(answer));
         }
@@ -142,15 +141,5 @@ impl Engine {
             })),
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// The replay cache's answer for `request`, a replay counted as
-    /// `Engine::claim_with` counts the ones it answers.
-    fn answered_from_cache(&self, request: &ClaimRequest) -> Option<Outcome> {
-        let answer = self.cached(request)?;
-        if matches!(answer, Outcome::Replayed(_)) {
-            self.count_replay_of(request);
-        }
-        Some(answer)
     }
 }

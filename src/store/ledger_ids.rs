@@ -62,11 +62,12 @@ impl LedgerIds {
             .ok_or_else(|| StoreError::Unavailable("the sequence gave no id".into()))
     }
 
-    /// Gives back an id taken but not written.
+    /// Gives back an id taken but not written, in its place in the
+    /// descending order (usually the end: it was the lowest when taken).
     pub(super) fn give_back(&self, id: i64) {
         let mut spare = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        spare.push(id);
-        spare.sort_unstable_by(|a, b| b.cmp(a));
+        let at = spare.partition_point(|&kept| kept > id);
+        spare.insert(at, id);
     }
 
     pub(super) fn spare(&self) -> Option<i64> {

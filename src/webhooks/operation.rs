@@ -216,14 +216,13 @@ impl Operation for RunHandlers {
             // Its span, as where it runs: here it decides, and the claim's
             // statement writes.
             let span = handler_span(name);
-            let planned = span.in_scope(|| handler.plan(&self.event, ledger_id))?;
-            if let Err(error) = &planned {
-                traces::set_error(&span, &error.to_string());
-            }
-            let planned = planned.map(|plan| {
-                writes.extend(plan.write);
-                plan.answer
-            });
+            let planned = span
+                .in_scope(|| handler.plan(&self.event, ledger_id))?
+                .map(|plan| {
+                    writes.extend(plan.write);
+                    plan.answer
+                });
+            handler_done(&span, &planned);
             if let Err(error) = self.absorb(&mut effects, name, planned) {
                 return Some(Err(error));
             }

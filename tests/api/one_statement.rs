@@ -10,8 +10,7 @@ use crate::{both_backends, both_backends_with};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError, Plan};
-use idempotent_receiver::store::DbConn;
-use idempotent_receiver::store::schema::deliveries;
+use idempotent_receiver::store::{DbConn, DeliveryRow};
 use idempotent_receiver::with_conn;
 use serde_json::Value;
 
@@ -33,33 +32,17 @@ async fn ledger(app: &TestApp) -> Vec<LedgerRow> {
     .expect("the ledger")
 }
 
-/// A delivery's row: status, lease owner, attempts, stored answer, request.
-type StoredRow = (
-    String,
-    Option<String>,
-    i32,
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-);
-
-async fn stored(app: &TestApp, id: &str) -> StoredRow {
-    use deliveries::dsl;
+/// A delivery's row, and the request it was claimed with, read through
+/// the store's own queries.
+async fn stored(app: &TestApp, id: &str) -> (DeliveryRow, Option<Vec<u8>>) {
     let mut conn = app.store.conn().await.expect("a connection");
-    with_conn!(&mut conn, |c| {
-        deliveries::table
-            .filter(dsl::endpoint.eq(ENDPOINT))
-            .filter(dsl::delivery_id.eq(id))
-            .select((
-                dsl::status,
-                dsl::lease_owner,
-                dsl::attempts,
-                dsl::response_body,
-                dsl::request_body,
-            ))
-            .get_result::<StoredRow>(c)
-            .await
-    })
-    .expect("the delivery's row")
+    let row = conn
+        .find_delivery(ENDPOINT, id)
+        .await
+        .expect("a read")
+        .expect("the delivery's row");
+    let request = conn.request_body(ENDPOINT, id).await.expect("a read");
+    (row, request)
 }
 
 /// The ledger id a processed delivery's answer names.
@@ -88,11 +71,11 @@ both_backends!(
                 id: answered_ledger_id(&body),
                 delivery_id: id.clone(),
             });
-            let (status, lease_owner, attempts, answer, request) = stored(app, id).await;
-            assert_eq!(status, "completed");
-            assert_eq!(lease_owner, None);
-            assert_eq!(attempts, 1);
-            assert_eq!(answer.as_deref(), Some(&body[..]), "the stored answer is the one sent");
+            let (row, request) = stored(app, id).await;
+            assert_eq!(row.status, "completed");
+            assert_eq!(row.lease_owner, None);
+            assert_eq!(row.attempts, 1);
+            assert_eq!(row.response_body.as_deref(), Some(&body[..]), "the stored answer is the one sent");
             assert!(request.is_some(), "the request is kept for reprocessing");
         }
         named.sort_by_key(|row| row.id);
@@ -147,9 +130,9 @@ both_backends!(
         assert_eq!(answer.status(), 409);
         assert_eq!(app.ledger_rows().await, 0);
         assert_eq!(app.count("events").await, 0);
-        let (status, lease_owner, ..) = stored(app, "msg_held").await;
-        assert_eq!(status, "in_progress");
-        assert_eq!(lease_owner.as_deref(), Some("pid1-dead/0000"));
+        let (row, _) = stored(app, "msg_held").await;
+        assert_eq!(row.status, "in_progress");
+        assert_eq!(row.lease_owner.as_deref(), Some("pid1-dead/0000"));
     }
 );
 
@@ -168,9 +151,9 @@ both_backends!(
         let refused = refused.bytes().await.unwrap();
         assert_eq!(app.ledger_rows().await, 0);
         assert_eq!(app.count("events").await, 0);
-        let (status, _, _, answer, _) = stored(app, "msg_refused").await;
-        assert_eq!(status, "completed");
-        assert_eq!(answer.as_deref(), Some(&refused[..]));
+        let (row, _) = stored(app, "msg_refused").await;
+        assert_eq!(row.status, "completed");
+        assert_eq!(row.response_body.as_deref(), Some(&refused[..]));
         app.store.replay_cache().clear();
         let again = app.deliver("msg_refused", &body).await;
         assert_eq!(again.status(), 422);

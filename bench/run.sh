@@ -547,6 +547,19 @@ EOF
   at_warn postgres pg "$URL" minimal "$pg_min" "$pg_replay_rps"
 fi
 
+# ROUNDS `fresh` runs against the PostgreSQL server up on $port, each
+# recorded as "ROW-LABEL, round N"; their median in FRESH_MEDIAN (set, not
+# printed: `record` writes the rows as they come).
+fresh_rounds() { # loadgen-label-prefix row-label
+  local all=() round r
+  for round in $(seq 1 "$ROUNDS"); do
+    r=$(loadgen "$1-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
+    record postgres "$2, round $round" "$r"
+    all+=("$(echo "$r" | field rps)")
+  done
+  FRESH_MEDIAN=$(median "${all[@]}")
+}
+
 # --- growth: the same fresh run with GROWTH_ROWS completed rows -----------
 # The baseline is `fresh` on the same table just before the rows are
 # loaded, ROUNDS times on one server, not the rounds at the start: by now
@@ -557,14 +570,9 @@ fi
 # median of 5,545). The ratio to the first rounds is printed beside it.
 if [ "$GROWTH_ROWS" -gt 0 ] && [ -z "$ONLY" ]; then
   start_server "$URL" "$port"
-  before_all=()
-  for round in $(seq 1 "$ROUNDS"); do
-    r=$(loadgen "pg-fresh-before-growth-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
-    record postgres "receiver fresh, right before the rows are loaded, round $round" "$r"
-    before_all+=("$(echo "$r" | field rps)")
-  done
+  fresh_rounds pg-fresh-before-growth "receiver fresh, right before the rows are loaded"
   stop_server
-  fresh_before=$(median "${before_all[@]}")
+  fresh_before=$FRESH_MEDIAN
   say "loading $GROWTH_ROWS completed rows (INSERT ... SELECT generate_series)"
   psql -q -v ON_ERROR_STOP=1 "$URL" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
@@ -577,13 +585,8 @@ EOF
   loaded=$(psql -tA "$URL" -c "SELECT count(*) FROM deliveries WHERE status = 'completed'")
   say "deliveries now holds $loaded completed rows"
   start_server "$URL" "$port"
-  grown_all=()
-  for round in $(seq 1 "$ROUNDS"); do
-    r=$(loadgen "pg-fresh-grown-$round" "$URL" "$port" fresh --concurrency "$CONCURRENCY")
-    record postgres "receiver fresh, $GROWTH_ROWS rows loaded, round $round" "$r"
-    grown_all+=("$(echo "$r" | field rps)")
-  done
-  grown=$(median "${grown_all[@]}")
+  fresh_rounds pg-fresh-grown "receiver fresh, $GROWTH_ROWS rows loaded"
+  grown=$FRESH_MEDIAN
   GROWTH_RATIO=$(ratio "$grown" "$fresh_before")
   vs_first=$(ratio "$grown" "$fresh_empty")
   row postgres "**growth**: median fresh(loaded) ÷ median fresh(right before loading)" "$grown / $fresh_before" "$GROWTH_RATIO" "—" "÷ the first rounds: $vs_first ($grown / $fresh_empty)"

@@ -3,6 +3,7 @@
 //! ([`request_id`]), Prometheus metrics ([`metrics`]) and OpenTelemetry
 //! traces ([`traces`]) live beside it.
 
+pub mod in_span;
 pub mod log_writer;
 pub mod metrics;
 pub mod plain_text;

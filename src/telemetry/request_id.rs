@@ -5,6 +5,7 @@
 //! kept, so that a gateway's or a sender's id ties our log lines to theirs;
 //! anything else gets a fresh UUID.
 
+use super::in_span::InSpanExt;
 use super::metrics;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
@@ -19,7 +20,6 @@ use std::collections::HashMap;
 use std::future::{Ready, ready};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tracing::Instrument;
 
 /// The header read and echoed.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -129,7 +129,7 @@ where
                     }
                 }
             }
-            .instrument(span),
+            .in_span(span),
         )
     }
 }

@@ -19,6 +19,7 @@ use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest, Verified};
 use crate::publishers::OutboxSignal;
 use crate::reply;
+use crate::telemetry::in_span::InSpanExt;
 use crate::telemetry::metrics::{self, Conflict};
 use crate::telemetry::request_id::{AnswerLogged, millis};
 use crate::traffic::{self, Traffic};
@@ -29,7 +30,7 @@ use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tracing::Instrument;
+use tracing::{Instrument, field};
 
 /// The default body limit of an endpoint: 1 MiB, checked before hashing.
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
@@ -187,7 +188,7 @@ async fn receive(
     // by a span that has not started.
     let span = traced::webhook_span(&request, &path);
     receive_in(request, path, payload, webhooks)
-        .instrument(span)
+        .in_span(span)
         .await
 }
 
@@ -200,11 +201,18 @@ async fn receive_in(
     let started = Instant::now();
     let answered = answer(&request, &path, payload, &webhooks, started).await;
     let span = tracing::Span::current();
-    // One record for the three: each record is a lookup of the span, a
-    // lock of its extensions and an append to its formatted fields, in
-    // every layer (a `reason` of `None` records nothing).
+    // One record for all: each record is a lookup of the span, a lock of
+    // its extensions and an append to its formatted fields, in every layer
+    // (a `None` records nothing). The fields are visited in this order,
+    // the span's own, so the line reads as if each had been recorded when
+    // it was known.
+    let delivery = answered.delivery.as_ref();
     tracing::record_all!(
         span,
+        delivery_id = delivery.map(|(id, _)| field::display(escaped(id))),
+        event_type = delivery.map(|(_, event_type)| {
+            field::display(escaped(event_type.as_deref().unwrap_or("")))
+        }),
         outcome = answered.outcome,
         reason = answered.reason.as_deref(),
         duration_ms = millis(started.elapsed()),
@@ -230,6 +238,11 @@ struct Answered {
     reason: Option<String>,
     /// Why it was refused, in words (never a secret: see `Rejection`).
     detail: Option<String>,
+    /// The delivery's id and event type, still to be recorded on the
+    /// `webhook` span with the answer: an early replay's, which nothing
+    /// logs between its cache hit and its answer, so one record of the span
+    /// serves for both (see [`replay_early`]).
+    delivery: Option<(String, Option<String>)>,
 }
 
 impl Answered {
@@ -239,6 +252,7 @@ impl Answered {
             outcome: "rejected",
             reason: Some(problem.slug().to_owned()),
             detail,
+            delivery: None,
         }
     }
 }
@@ -365,6 +379,7 @@ async fn answer_fresh(
                 outcome: "handshake",
                 reason: None,
                 detail: None,
+                delivery: None,
             };
         }
         Incoming::Deliveries(deliveries) => deliveries,
@@ -392,6 +407,7 @@ async fn answer_fresh(
                 outcome: "failed",
                 reason: None,
                 detail: None,
+                delivery: None,
             };
         };
         count(
@@ -499,7 +515,9 @@ fn replay_early(
     )?;
     let provider = endpoint.provider.name();
     metrics::delivery_verified(&endpoint.name, provider);
-    record_delivery(
+    // The span's fields are recorded with the answer (`receive_in`); the
+    // trace's attributes are set here, as for any delivery.
+    traced::delivery(
         &tracing::Span::current(),
         &endpoint.name,
         key,
@@ -513,11 +531,13 @@ fn replay_early(
         &result,
         started.elapsed(),
     );
-    Some(respond_to(
+    let mut answered = respond_to(
         endpoint.provider.as_ref(),
         vec![(key.to_owned(), result)],
         false,
-    ))
+    );
+    answered.delivery = Some((key.to_owned(), event_type));
+    Some(answered)
 }
 
 /// Claims and processes one delivery. `None`: the processing task panicked.
@@ -594,6 +614,7 @@ fn respond_to(
             response: reply::respond(result),
             reason: None,
             detail: None,
+            delivery: None,
         };
     }
     let outcome = if results
@@ -643,6 +664,7 @@ fn respond_to(
         response,
         reason: None,
         detail: None,
+        delivery: None,
     }
 }
 

@@ -671,6 +671,80 @@ async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_
     assert_eq!(line["spans"][1]["delivery_id"], delivery_id.as_str());
 }
 
+both_backends! {
+    /// An exact repeat is answered from the replay cache before its body is
+    /// parsed, and its span's fields are recorded with the answer in one
+    /// record. Its line at the default level still names the delivery and
+    /// its event type, in the order the first delivery's line has them, in
+    /// the text format and in JSON.
+    async fn a_replays_line_names_its_delivery_as_the_first_deliverys_line_does(app) {
+        for format in ["text", "json"] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = shop_config(dir.path());
+            let (mut served, listen) = Served::start(
+                dir.path(),
+                &["--config", &config, "--log-format", format],
+                &[("DATABASE_URL", app.database_url.as_str())],
+            )
+            .await;
+            let delivery_id = unique("msg_line_");
+            let shop = provider("standard-webhooks", SECRET);
+            let url = format!("http://{listen}/webhooks/shop");
+            let body = payment("pay_line", 100);
+            let first = post_signed(&url, shop.as_ref(), &delivery_id, None, body.clone(), &[]).await;
+            assert_eq!(first.status(), 200);
+            let repeat = post_signed(&url, shop.as_ref(), &delivery_id, None, body, &[]).await;
+            assert_eq!(repeat.status(), 200);
+            assert_eq!(repeat.headers()["idempotent-replayed"], "true");
+
+            let answered = |log: &str| -> Vec<String> {
+                log.lines()
+                    .filter(|l| l.contains("delivery answered") && l.contains(&delivery_id))
+                    .map(str::to_owned)
+                    .collect()
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while answered(&served.stderr()).len() < 2 {
+                assert!(Instant::now() < deadline, "{format}: two lines expected: {}", served.stderr());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            served.stop();
+            let lines = answered(&served.stderr());
+            assert_eq!(lines.len(), 2, "{format}: one line per delivery: {lines:?}");
+            if format == "text" {
+                // The `webhook` span's fields, with the duration's value cut.
+                let fields = |line: &str| -> String {
+                    let start = line.find("webhook{").expect("a webhook span") + "webhook{".len();
+                    let inside = &line[start..start + line[start..].find('}').expect("closed")];
+                    let cut = inside.find("duration_ms=").expect("a duration") + "duration_ms=".len();
+                    inside[..cut].to_owned()
+                };
+                let expected = |outcome: &str| {
+                    format!(
+                        "endpoint=shop delivery_id={delivery_id} event_type=payment.succeeded \
+                         outcome=\"{outcome}\" duration_ms="
+                    )
+                };
+                assert_eq!(fields(&lines[0]), expected("processed"), "{}", lines[0]);
+                assert_eq!(fields(&lines[1]), expected("replayed"), "{}", lines[1]);
+                assert!(lines[1].contains("request{request_id="), "{}", lines[1]);
+                assert!(lines[1].ends_with("delivery answered status=200"), "{}", lines[1]);
+            } else {
+                for (line, outcome) in lines.iter().zip(["processed", "replayed"]) {
+                    let line: Value = serde_json::from_str(line).unwrap();
+                    assert_eq!(line["span"]["name"], "webhook");
+                    assert_eq!(line["span"]["delivery_id"], delivery_id.as_str());
+                    assert_eq!(line["span"]["event_type"], "payment.succeeded");
+                    assert_eq!(line["span"]["outcome"], outcome);
+                    assert!(line["span"]["duration_ms"].is_number(), "{line}");
+                    assert_eq!(line["spans"][1]["delivery_id"], delivery_id.as_str());
+                    assert_eq!(line["status"], 200);
+                }
+            }
+        }
+    }
+}
+
 /// `url` (a PostgreSQL URL) with `password` in its userinfo.
 fn with_password(url: &str, password: &str) -> String {
     let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");

@@ -14,7 +14,7 @@ pub use settings::EndpointSettings;
 use crate::clock::SharedClock;
 use crate::engine::{ClaimRequest, Engine, EngineError, Operation, Outcome};
 use crate::handlers::{Event, Handler};
-use crate::log_text::escaped;
+use crate::log_text::{Escaped, escaped};
 use crate::problem::Problem;
 use crate::providers::{Provider, Rejection, SignedRequest, Verified};
 use crate::publishers::OutboxSignal;
@@ -206,13 +206,14 @@ async fn receive_in(
     // (a `None` records nothing). The fields are visited in this order,
     // the span's own, so the line reads as if each had been recorded when
     // it was known.
-    let delivery = answered.delivery.as_ref();
+    let delivery = answered
+        .delivery
+        .as_ref()
+        .map(|(id, event_type)| delivery_fields(id, event_type.as_deref()));
     tracing::record_all!(
         span,
-        delivery_id = delivery.map(|(id, _)| field::display(escaped(id))),
-        event_type = delivery.map(|(_, event_type)| {
-            field::display(escaped(event_type.as_deref().unwrap_or("")))
-        }),
+        delivery_id = delivery.as_ref().map(|(id, _)| id),
+        event_type = delivery.as_ref().map(|(_, event_type)| event_type),
         outcome = answered.outcome,
         reason = answered.reason.as_deref(),
         duration_ms = millis(started.elapsed()),
@@ -477,14 +478,26 @@ fn record_delivery(
     delivery_id: &str,
     event_type: Option<&str>,
 ) {
-    // A delivery id is visible ASCII (`check_key`), but the event type is
-    // any string of the sender's body.
-    tracing::record_all!(
-        span,
-        delivery_id = %escaped(delivery_id),
-        event_type = %escaped(event_type.unwrap_or("")),
-    );
+    let (logged_id, logged_type) = delivery_fields(delivery_id, event_type);
+    tracing::record_all!(span, delivery_id = logged_id, event_type = logged_type);
     traced::delivery(span, endpoint, delivery_id, event_type);
+}
+
+/// A delivery's `delivery_id` and `event_type` as the `webhook` span logs
+/// them: escaped, and an absent event type empty. A delivery id is visible
+/// ASCII (`check_key`), but the event type is any string of the sender's
+/// body.
+fn delivery_fields<'a>(
+    delivery_id: &'a str,
+    event_type: Option<&'a str>,
+) -> (
+    field::DisplayValue<Escaped<'a>>,
+    field::DisplayValue<Escaped<'a>>,
+) {
+    (
+        field::display(escaped(delivery_id)),
+        field::display(escaped(event_type.unwrap_or(""))),
+    )
 }
 
 /// An exact repeat answered from the replay cache as soon as its signature

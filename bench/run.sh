@@ -14,14 +14,15 @@
 #   receiver's `fresh` with group commit on and off.
 # Then storm, mixed, peak RSS, optionally growth (fresh on a database
 # loaded with GROWTH_ROWS completed rows, in turns with an empty twin), the
-# queued mode and the outbox. Every measured run starts settled (VACUUM ANALYZE and CHECKPOINT
-# on PostgreSQL, the SQLite WALs checkpointed). The receiver runs at its
-# default log level (RUST_LOG unset: info), as a user runs it; one fresh and
-# one replay per backend are repeated at `warn` (fresh beside a run at info
-# made just before it on the same table). Prints the tables, the CPU
-# split of every run and issue #15's targets with this run's figures. Every
-# run is bounded by DURATION seconds; a temporary database and folder (and
-# for growth two more databases) are created and removed again.
+# queued mode and the outbox. Every measured run starts settled (VACUUM
+# ANALYZE and CHECKPOINT on PostgreSQL, the SQLite WALs checkpointed). The
+# receiver runs at its default log level (RUST_LOG unset: info), as a user
+# runs it; one fresh and one replay per backend are repeated at `warn`
+# (fresh beside a run at info made just before it on the same table).
+# Prints the tables, the CPU split of every run and issue #15's targets
+# with this run's figures. Every run is bounded by DURATION seconds; a
+# temporary database and folder (and for growth two more databases) are
+# created and removed again.
 #
 #   bench/run.sh                       # defaults below
 #   DURATION=20 CONCURRENCY=32 bench/run.sh

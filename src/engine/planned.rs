@@ -32,8 +32,11 @@ impl Engine {
     ) -> Result<OneStatement, EngineError> {
         // The caller asked the replay cache just before (`webhooks`'
         // `process_one`); it is asked again once a connection is checked
-        // out, below. Planned first, so that an operation that does not plan costs no
-        // connection here; the ids are drawn ahead, a hundred at a time.
+        // out, below. A plan that books takes a ledger id, so one is taken
+        // first: a spare drawn ahead (a hundred at a time), or, when none is
+        // left, a draw on a connection checked out here, which the
+        // statement then uses. An operation that does not plan gives it
+        // back.
         let mut conn = None;
         let drawn = match self.store().spare_ledger_id() {
             Some(id) => id,

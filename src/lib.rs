@@ -75,5 +75,6 @@ pub mod secret;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod thread_shard;
 pub mod traffic;
 pub mod webhooks;

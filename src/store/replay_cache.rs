@@ -16,7 +16,7 @@ use crate::clock::SharedClock;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use quick_cache::Weighter;
 use quick_cache::sync::{Cache, DefaultLifecycle};
-use quick_cache::{DefaultHashBuilder, OptionsBuilder};
+use quick_cache::{DefaultHashBuilder, Equivalent, OptionsBuilder};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -42,10 +42,28 @@ impl CachedCompletion {
     }
 }
 
-/// The key of one entry: scope and key, separated by a byte that neither
-/// contains (scopes are endpoint names or `METHOD /route`, keys are printable
-/// header values).
-type EntryKey = String;
+/// The key of one entry: its scope and its key, each hashed and compared
+/// as a whole, so that ("a", "b\0c") and ("a\0b", "c") stay apart.
+#[derive(Debug, Hash, PartialEq, Eq)]
+struct EntryKey {
+    scope: String,
+    key: String,
+}
+
+/// An [`EntryKey`] borrowed from a request: a lookup builds no string.
+/// Its `Hash` makes the same calls as `EntryKey`'s (the derived one on
+/// fields of the same kind in the same order), so the two hash alike.
+#[derive(Hash)]
+struct EntryRef<'a> {
+    scope: &'a str,
+    key: &'a str,
+}
+
+impl Equivalent<EntryKey> for EntryRef<'_> {
+    fn equivalent(&self, stored: &EntryKey) -> bool {
+        self.scope == stored.scope && self.key == stored.key
+    }
+}
 
 #[derive(Clone)]
 struct BytesWeighter;
@@ -55,7 +73,8 @@ impl Weighter<EntryKey, Arc<CachedCompletion>> for BytesWeighter {
         // What an entry really holds, plus the fixed overhead of its
         // allocations, so that `bytes` bounds the memory and not a count.
         let response = &entry.response;
-        (key.len()
+        (key.scope.len()
+            + key.key.len()
             + entry.request_hash.len()
             + entry.event_type.as_ref().map_or(0, String::len)
             + response.body.len()
@@ -158,7 +177,7 @@ impl ReplayCache {
         now: DateTime<Utc>,
     ) -> Option<Arc<CachedCompletion>> {
         let entries = self.entries.as_ref()?;
-        let entry = entries.get(entry_key(scope, key).as_str())?;
+        let entry = entries.get(&EntryRef { scope, key })?;
         entry.within(self.ttl, now).then_some(entry)
     }
 
@@ -186,7 +205,13 @@ impl ReplayCache {
             cached_at: self.clock.now(),
         };
         let now = entry.cached_at;
-        entries.insert(entry_key(scope, key), Arc::new(entry));
+        entries.insert(
+            EntryKey {
+                scope: scope.to_owned(),
+                key: key.to_owned(),
+            },
+            Arc::new(entry),
+        );
         self.sweep_if_due(entries, now);
     }
 
@@ -232,7 +257,7 @@ impl ReplayCache {
     /// deleted.
     pub fn forget(&self, scope: &str, key: &str) {
         if let Some(entries) = &self.entries {
-            entries.remove(entry_key(scope, key).as_str());
+            entries.remove(&EntryRef { scope, key });
         }
     }
 
@@ -250,14 +275,6 @@ impl ReplayCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-fn entry_key(scope: &str, key: &str) -> String {
-    let mut joined = String::with_capacity(scope.len() + key.len() + 1);
-    joined.push_str(scope);
-    joined.push('\u{0}');
-    joined.push_str(key);
-    joined
 }
 
 #[cfg(test)]
@@ -297,9 +314,13 @@ mod tests {
         assert_eq!(hit.request_hash, "h1");
         assert_eq!(hit.response.body, &b"{}"[..]);
         assert!(cache.get("other", "msg_1").is_none());
-        // The separator keeps ("a", "b\0c") and ("a\0b", "c") apart.
+        // Scope and key are compared apart, whatever bytes they hold.
         cache.remember("a", "b", "h", at(), None, &response("1"));
         assert!(cache.get("a\u{0}b", "").is_none());
+        assert!(cache.get("ab", "").is_none());
+        cache.remember("a", "b\u{0}c", "h", at(), None, &response("1"));
+        assert!(cache.get("a\u{0}b", "c").is_none());
+        assert!(cache.get("a", "b\u{0}c").is_some());
     }
 
     #[test]

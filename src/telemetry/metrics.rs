@@ -22,10 +22,12 @@ use foldhash::fast::RandomState;
 use metrics::{Counter, Histogram, Label};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::borrow::Borrow;
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
+use thread_local::ThreadLocal;
 
 pub const DELIVERIES_RECEIVED: &str = "ir_webhook_deliveries_received_total";
 pub const DELIVERIES_VERIFIED: &str = "ir_webhook_deliveries_verified_total";
@@ -332,26 +334,68 @@ const ANSWERS: [&str; 6] = [
 ];
 
 /// Handles made on first use of a label value, then reused: recording an
-/// event is then a read lock, a lookup by `&str` and an atomic add, where
+/// event is then a lookup by `&str` and an atomic add, where
 /// `counter!(...)` would build and hash a key with freshly allocated labels
 /// on every call. Label values are bounded (see the module's header), so
-/// the map is too.
+/// the maps are too.
+///
+/// Each thread looks a label up in a copy of its own first, and borrows
+/// the handle from it ([`Made::with`]): the shared map's lock and a clone
+/// of the handle are each an atomic write to memory every worker writes,
+/// and a replay made five such lookups, each waiting for the lock's cache
+/// line to come over from the core that took it last. The shared map
+/// stays the one place a handle is made, so every thread's copy holds the
+/// same handles.
 ///
 /// foldhash rather than SipHash: a delivery makes five of these lookups.
-struct Made<K, H> {
+struct Made<K: Send, H: Send> {
     made: RwLock<HashMap<K, H, RandomState>>,
+    local: ThreadLocal<RefCell<HashMap<K, H, RandomState>>>,
 }
 
-impl<K: Eq + Hash, H: Clone> Default for Made<K, H> {
+impl<K: Eq + Hash + Send, H: Clone + Send> Default for Made<K, H> {
     fn default() -> Self {
         Made {
             made: RwLock::default(),
+            local: ThreadLocal::new(),
         }
     }
 }
 
-impl<K: Eq + Hash, H: Clone> Made<K, H> {
+impl<K: Eq + Hash + Send, H: Clone + Send> Made<K, H> {
+    /// `label`'s handle, made with `make` if no thread made it yet.
     fn get<Q>(&self, label: &Q, make: impl FnOnce() -> H) -> H
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq + Hash + ToOwned<Owned = K>,
+    {
+        self.with(label, make, H::clone)
+    }
+
+    /// Runs `use_handle` on `label`'s handle, borrowed from this thread's
+    /// copy: no lock and no clone once this thread has used the label.
+    fn with<Q, R>(&self, label: &Q, make: impl FnOnce() -> H, use_handle: impl FnOnce(&H) -> R) -> R
+    where
+        K: Borrow<Q>,
+        Q: ?Sized + Eq + Hash + ToOwned<Owned = K>,
+    {
+        let local = self.local.get_or_default();
+        // `try_`: a handle used inside `use_handle` of the same map (none
+        // does today) takes the shared path instead of panicking.
+        if let Ok(copy) = local.try_borrow()
+            && let Some(handle) = copy.get(label)
+        {
+            return use_handle(handle);
+        }
+        let handle = self.shared(label, make);
+        if let Ok(mut copy) = local.try_borrow_mut() {
+            copy.insert(label.to_owned(), handle.clone());
+        }
+        use_handle(&handle)
+    }
+
+    /// `label`'s handle from the shared map, made there if it is new.
+    fn shared<Q>(&self, label: &Q, make: impl FnOnce() -> H) -> H
     where
         K: Borrow<Q>,
         Q: ?Sized + Eq + Hash + ToOwned<Owned = K>,
@@ -520,10 +564,18 @@ impl Handles {
         }
     }
 
-    fn endpoint(&self, endpoint: &str, provider: &'static str) -> Arc<EndpointHandles> {
-        self.endpoints.get(endpoint, || {
-            Arc::new(EndpointHandles::new(endpoint, provider))
-        })
+    /// Runs `record` on `endpoint`'s handles.
+    fn endpoint(
+        &self,
+        endpoint: &str,
+        provider: &'static str,
+        record: impl FnOnce(&EndpointHandles),
+    ) {
+        self.endpoints.with(
+            endpoint,
+            || Arc::new(EndpointHandles::new(endpoint, provider)),
+            |handles| record(handles),
+        );
     }
 }
 
@@ -535,48 +587,51 @@ fn handles() -> Option<&'static Handles> {
     HANDLES.get()
 }
 
-fn for_endpoint(endpoint: &str, provider: &'static str) -> Option<Arc<EndpointHandles>> {
-    handles().map(|h| h.endpoint(endpoint, provider))
+/// Runs `record` on `endpoint`'s handles, once [`install`] made them.
+fn for_endpoint(endpoint: &str, provider: &'static str, record: impl FnOnce(&EndpointHandles)) {
+    if let Some(h) = handles() {
+        h.endpoint(endpoint, provider, record);
+    }
 }
 
 /// A delivery reached a configured endpoint.
 pub fn delivery_received(endpoint: &str, provider: &'static str) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         h.received.increment(1);
-    }
+    });
 }
 
 /// Its signature (and timestamp, and key) checked out.
 pub fn delivery_verified(endpoint: &str, provider: &'static str) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         h.verified.increment(1);
-    }
+    });
 }
 
 /// It was refused before the engine saw it; `reason` is the problem type's
 /// suffix (`invalid-signature`, `payload-too-large`, ...).
 pub fn delivery_rejected(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         h.by_reason(&h.rejected, DELIVERIES_REJECTED, reason)
             .increment(1);
         h.answered("rejected", elapsed);
-    }
+    });
 }
 
 /// Its handlers ran and the answer was stored.
 pub fn delivery_processed(endpoint: &str, provider: &'static str, elapsed: Duration) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         h.processed.increment(1);
         h.answered("processed", elapsed);
-    }
+    });
 }
 
 /// A repeat got the stored answer.
 pub fn delivery_replayed(endpoint: &str, provider: &'static str, elapsed: Duration) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         h.replayed.increment(1);
         h.answered("replayed", elapsed);
-    }
+    });
 }
 
 /// It was answered 409 without running.
@@ -586,24 +641,24 @@ pub fn delivery_conflict(
     kind: Conflict,
     elapsed: Duration,
 ) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         match kind {
             Conflict::InProgress => h.in_progress.increment(1),
             Conflict::KeyReused => h.key_reused.increment(1),
         }
         h.answered(kind.label(), elapsed);
-    }
+    });
 }
 
 /// It failed after verification (a handler failed, the database was
 /// unavailable, the lease was lost) and the key was released; `reason` is
 /// the answer's problem type suffix or `lease-lost`.
 pub fn delivery_failed(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
-    if let Some(h) = for_endpoint(endpoint, provider) {
+    for_endpoint(endpoint, provider, |h| {
         h.by_reason(&h.failed, DELIVERIES_FAILED, reason)
             .increment(1);
         h.answered("failed", elapsed);
-    }
+    });
 }
 
 /// A claim whose lease had expired was taken over. No label: the engine
@@ -676,17 +731,20 @@ pub fn http_request(method: &'static str, route: &str, status: u16) {
     let Some(h) = handles() else {
         return;
     };
-    h.http
-        .get(route, Arc::default)
-        .get(&(method, status), || {
-            ::metrics::counter!(
-                HTTP_REQUESTS,
-                "method" => method,
-                "route" => route.to_owned(),
-                "status" => status.to_string()
-            )
-        })
-        .increment(1);
+    h.http.with(route, Arc::default, |by_route| {
+        by_route.with(
+            &(method, status),
+            || {
+                ::metrics::counter!(
+                    HTTP_REQUESTS,
+                    "method" => method,
+                    "route" => route.to_owned(),
+                    "status" => status.to_string()
+                )
+            },
+            |counter| counter.increment(1),
+        );
+    });
 }
 
 /// An admin credential (a log-in, a bearer token) was refused without being

@@ -17,7 +17,7 @@ use crate::store::{Store, StoreError};
 use foldhash::fast::RandomState;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// How often the background task flushes by default.
@@ -73,11 +73,20 @@ impl Outcome {
 // keys are configured endpoint names and bounded tuples.
 type EndpointCounts = HashMap<(i64, Outcome, i32), i32, RandomState>;
 
+/// Every endpoint's counts not flushed yet.
+type Pending = HashMap<String, EndpointCounts, RandomState>;
+
+/// Each thread counts in a shard of its own ([`crate::thread_shard`]): one
+/// map behind one lock, updated by every worker on every answer, made each
+/// answer wait for its cache lines to come from the other core. A flush
+/// merges the shards.
+const SHARDS: usize = 16;
+
 /// A handle on the in-memory counters. Cheap to clone: every clone (each
 /// worker's copy of the webhook face) counts into the same ones.
 #[derive(Clone)]
 pub struct Traffic {
-    pending: Arc<Mutex<HashMap<String, EndpointCounts, RandomState>>>,
+    pending: Arc<[Mutex<Pending>; SHARDS]>,
     /// Which minute a delivery is counted in: the store's clock, which
     /// tests move by hand.
     clock: SharedClock,
@@ -92,7 +101,7 @@ impl std::fmt::Debug for Traffic {
 impl Traffic {
     pub fn new(clock: SharedClock) -> Traffic {
         Traffic {
-            pending: Arc::default(),
+            pending: Arc::new(std::array::from_fn(|_| Mutex::default())),
             clock,
         }
     }
@@ -102,9 +111,7 @@ impl Traffic {
     pub fn record(&self, endpoint: &str, outcome: Outcome, elapsed: Duration) {
         let minute = self.clock.now().timestamp().div_euclid(60) * 60;
         let bucket = latency::bucket_of(elapsed);
-        // A panic while holding the lock leaves the map consistent (one
-        // insert is atomic), so a poisoned lock is used as it is.
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending = self.shard(crate::thread_shard::of_current_thread(SHARDS));
         let counts = match pending.get_mut(endpoint) {
             Some(counts) => counts,
             None => pending.entry(endpoint.to_owned()).or_default(),
@@ -113,11 +120,31 @@ impl Traffic {
         *count = count.saturating_add(1);
     }
 
-    /// Takes the counts gathered so far, leaving none.
+    /// Shard `i`'s counts, locked. A panic while holding the lock leaves
+    /// the map consistent (one insert is atomic), so a poisoned lock is
+    /// used as it is.
+    fn shard(&self, i: usize) -> MutexGuard<'_, Pending> {
+        self.pending[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the counts gathered so far, leaving none: one counter per
+    /// endpoint, minute, outcome and bucket, every thread's counts added
+    /// up (the upsert that writes them may touch each row once).
     fn take(&self) -> Vec<TrafficCount> {
-        let pending =
-            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
-        pending
+        let mut merged = Pending::default();
+        for i in 0..SHARDS {
+            let taken = std::mem::take(&mut *self.shard(i));
+            for (endpoint, counts) in taken {
+                let into = merged.entry(endpoint).or_default();
+                for (key, count) in counts {
+                    let slot = into.entry(key).or_insert(0);
+                    *slot = slot.saturating_add(count);
+                }
+            }
+        }
+        merged
             .into_iter()
             .flat_map(|(endpoint, counts)| {
                 counts
@@ -136,11 +163,14 @@ impl Traffic {
     /// Puts counts that could not be written back, unless that would keep
     /// more than [`MAX_PENDING`] counters; `false`: they were dropped.
     fn put_back(&self, counts: Vec<TrafficCount>) -> bool {
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let held: usize = pending.values().map(HashMap::len).sum();
+        let held: usize = (0..SHARDS)
+            .map(|i| self.shard(i).values().map(HashMap::len).sum::<usize>())
+            .sum();
         if held + counts.len() > MAX_PENDING {
             return false;
         }
+        // Into one shard: the next flush merges them with the rest.
+        let mut pending = self.shard(crate::thread_shard::of_current_thread(SHARDS));
         for count in counts {
             let slot = pending
                 .entry(count.endpoint)
@@ -262,6 +292,25 @@ mod tests {
         assert!(counts.iter().all(|c| c.minute % 60 == 0));
         assert_eq!(counts[3].minute - counts[1].minute, 60);
         assert!(traffic.take().is_empty(), "a flush takes the counts");
+    }
+
+    #[test]
+    fn counts_from_many_threads_are_one_counter_each() {
+        let clock = ManualClock::new(chrono::DateTime::from_timestamp(1_796_000_000, 0).unwrap());
+        let traffic = Traffic::new(clock.shared());
+        std::thread::scope(|threads| {
+            for _ in 0..SHARDS + 3 {
+                threads.spawn(|| {
+                    for _ in 0..100 {
+                        traffic.record("shop", Outcome::replayed(), Duration::ZERO);
+                    }
+                });
+            }
+        });
+        let counts = traffic.take();
+        assert_eq!(counts.len(), 1, "{counts:?}");
+        assert_eq!(counts[0].count, 100 * (SHARDS as i32 + 3));
+        assert!(traffic.take().is_empty());
     }
 
     #[test]

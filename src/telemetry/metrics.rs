@@ -340,12 +340,11 @@ const ANSWERS: [&str; 6] = [
 /// the maps are too.
 ///
 /// Each thread looks a label up in a copy of its own first, and borrows
-/// the handle from it ([`Made::with`]): the shared map's lock and a clone
-/// of the handle are each an atomic write to memory every worker writes,
-/// and a replay made five such lookups, each waiting for the lock's cache
-/// line to come over from the core that took it last. The shared map
-/// stays the one place a handle is made, so every thread's copy holds the
-/// same handles.
+/// the handle from it ([`Made::with`]). Taking the shared map's read lock
+/// and cloning the handle are atomic writes to memory that every worker
+/// writes, five times a replay, and each may wait for a cache line held
+/// by the other core. The shared map stays the one place a handle is
+/// made, so every thread's copy holds the same handles.
 ///
 /// foldhash rather than SipHash: a delivery makes five of these lookups.
 struct Made<K: Send, H: Send> {

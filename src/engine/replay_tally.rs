@@ -28,10 +28,10 @@ const MOST_KEYS: usize = 10_000;
 const KEYS_PER_WRITE: usize = 500;
 /// Each thread counts in a shard of its own ([`crate::thread_shard`]), so
 /// that workers replaying the same keys never share a lock or a map: a
-/// shard chosen by the key's hash was written by every worker in turn
-/// (counting was about 1.4 % of a replay's CPU under `perf` at two
-/// workers, most of it waiting for those cache lines). Well above the
-/// worker count; threads beyond it share shards, which stays correct.
+/// shard chosen by the key's hash was written by every worker in turn,
+/// each lock and count an atomic write to a line the other core may hold.
+/// Well above the worker count; threads beyond it share shards, which
+/// stays correct.
 const SHARDS: usize = 32;
 
 /// Scope, key and body key of a replayed request.

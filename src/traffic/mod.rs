@@ -77,9 +77,9 @@ type EndpointCounts = HashMap<(i64, Outcome, i32), i32, RandomState>;
 type Pending = HashMap<String, EndpointCounts, RandomState>;
 
 /// Each thread counts in a shard of its own ([`crate::thread_shard`]): one
-/// map behind one lock, updated by every worker on every answer, made each
-/// answer wait for its cache lines to come from the other core. A flush
-/// merges the shards.
+/// map behind one lock, updated by every worker on every answer, had each
+/// answer write a lock and a count that the other core wrote last. A
+/// flush merges the shards.
 const SHARDS: usize = 16;
 
 /// A handle on the in-memory counters. Cheap to clone: every clone (each

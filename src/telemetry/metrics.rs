@@ -459,12 +459,16 @@ impl EndpointHandles {
         }
     }
 
-    /// `name`'s counter for `reason` (a problem type's suffix: a bounded
-    /// set), kept in `made`.
-    fn by_reason(&self, made: &Made<String, Counter>, name: &'static str, reason: &str) -> Counter {
-        made.get(reason, || {
-            ::metrics::counter!(name, "endpoint" => self.endpoint.clone(), "provider" => self.provider, "reason" => reason.to_owned())
-        })
+    /// Counts one on `name`'s counter for `reason` (a problem type's
+    /// suffix: a bounded set), kept in `made`.
+    fn count_reason(&self, made: &Made<String, Counter>, name: &'static str, reason: &str) {
+        made.with(
+            reason,
+            || {
+                ::metrics::counter!(name, "endpoint" => self.endpoint.clone(), "provider" => self.provider, "reason" => reason.to_owned())
+            },
+            |counter| counter.increment(1),
+        );
     }
 }
 
@@ -611,8 +615,7 @@ pub fn delivery_verified(endpoint: &str, provider: &'static str) {
 /// suffix (`invalid-signature`, `payload-too-large`, ...).
 pub fn delivery_rejected(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
     for_endpoint(endpoint, provider, |h| {
-        h.by_reason(&h.rejected, DELIVERIES_REJECTED, reason)
-            .increment(1);
+        h.count_reason(&h.rejected, DELIVERIES_REJECTED, reason);
         h.answered("rejected", elapsed);
     });
 }
@@ -654,8 +657,7 @@ pub fn delivery_conflict(
 /// the answer's problem type suffix or `lease-lost`.
 pub fn delivery_failed(endpoint: &str, provider: &'static str, reason: &str, elapsed: Duration) {
     for_endpoint(endpoint, provider, |h| {
-        h.by_reason(&h.failed, DELIVERIES_FAILED, reason)
-            .increment(1);
+        h.count_reason(&h.failed, DELIVERIES_FAILED, reason);
         h.answered("failed", elapsed);
     });
 }
@@ -716,12 +718,15 @@ pub fn client_key_request(route: &str, outcome: &'static str) {
     let Some(h) = handles() else {
         return;
     };
-    h.client_keys
-        .get(route, Arc::default)
-        .get(&outcome, || {
-            ::metrics::counter!(CLIENT_KEY_REQUESTS, "route" => route.to_owned(), "outcome" => outcome)
-        })
-        .increment(1);
+    h.client_keys.with(route, Arc::default, |by_route| {
+        by_route.with(
+            &outcome,
+            || {
+                ::metrics::counter!(CLIENT_KEY_REQUESTS, "route" => route.to_owned(), "outcome" => outcome)
+            },
+            |counter| counter.increment(1),
+        );
+    });
 }
 
 /// An answered HTTP request. `route` must be a pattern or a fixed word

@@ -6,7 +6,6 @@ use crate::both_backends;
 use crate::helpers::{Backend, SECRET, TestApp, problem};
 use crate::observability::{Served, post_signed, provider, shop_config};
 use idempotent_receiver::log_text::MAX_LOGGED_CHARS;
-use std::time::{Duration, Instant};
 
 /// The request: a forged INFO line and an ESC in the endpoint name.
 const FORGED_PATH: &str =
@@ -65,12 +64,12 @@ async fn log_injection_leaves_every_line_of_the_text_log_the_binarys_own(backend
     .await;
     assert_eq!(answer.status(), 200);
 
-    // Lines are written as the answers go out; give the file a moment.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !served.stderr().contains("msg_forged_type") {
-        assert!(Instant::now() < deadline, "no line names the delivery");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    served
+        .await_stderr(
+            |log| log.contains("msg_forged_type"),
+            "no line names the delivery",
+        )
+        .await;
     served.stop();
     let log = served.stderr();
 

@@ -533,6 +533,21 @@ impl Served {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// Waits up to 10 s for the log to satisfy `done`: lines are written
+    /// as the answers go out, by the log's own writer thread, so the file
+    /// may lag the answer by a moment. Fails with `what` and the log.
+    pub(crate) async fn await_stderr(&self, done: impl Fn(&str) -> bool, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.stderr();
+            if done(&log) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {log}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn stdout(&self) -> String {
         std::fs::read_to_string(&self.stdout).unwrap_or_default()
     }
@@ -630,12 +645,12 @@ async fn json_logs_are_one_object_a_line_naming_the_request_id_and_the_delivery_
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.headers()["x-request-id"], request_id.as_str());
 
-    // The line is written before the answer is sent; give the file a moment.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !served.stderr().contains(&delivery_id) {
-        assert!(Instant::now() < deadline, "no line names the delivery");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    served
+        .await_stderr(
+            |log| log.contains(&delivery_id),
+            "no line names the delivery",
+        )
+        .await;
     served.stop();
     let log = served.stderr();
 
@@ -703,11 +718,9 @@ both_backends! {
                     .map(str::to_owned)
                     .collect()
             };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while answered(&served.stderr()).len() < 2 {
-                assert!(Instant::now() < deadline, "{format}: two lines expected: {}", served.stderr());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            served
+                .await_stderr(|log| answered(log).len() >= 2, &format!("{format}: two lines expected"))
+                .await;
             served.stop();
             let lines = answered(&served.stderr());
             assert_eq!(lines.len(), 2, "{format}: one line per delivery: {lines:?}");

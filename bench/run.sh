@@ -92,6 +92,9 @@ OUTBOXBENCH=$TARGET/release/outboxbench
 SQLITELOOP=$TARGET/release/sqliteloop
 
 DB=ir_bench_$$
+# The growth step's two databases, an empty one and one loaded with
+# GROWTH_ROWS rows, made and dropped beside DB.
+EMPTY_DB=${DB}_empty GROWN_DB=${DB}_grown
 URL=$PG/$DB
 # The minimal transaction's tables live in their own schema of the same
 # database (bench/minimal-schema.sql), reached through libpq's `options`.
@@ -126,7 +129,7 @@ cleanup() {
     set -- $made
     "$OUTBOXBENCH" cleanup --broker "$1" --name "$2" >/dev/null 2>&1 || true
   done
-  for made in "$DB" "${DB}_empty" "${DB}_grown"; do
+  for made in "$DB" "$EMPTY_DB" "$GROWN_DB"; do
     psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "DROP DATABASE IF EXISTS $made" >/dev/null 2>&1 || true
   done
   rm -rf "$WORK"
@@ -568,14 +571,14 @@ fi
 # 0.56 to 1.34 x, while side-by-side runs on separate databases showed no
 # penalty (see the README's forty-ninth and fiftieth runs).
 if [ "$GROWTH_ROWS" -gt 0 ] && [ -z "$ONLY" ]; then
-  empty_url=$PG/${DB}_empty
-  grown_url=$PG/${DB}_grown
-  for twin in "${DB}_empty" "${DB}_grown"; do
+  empty_url=$PG/$EMPTY_DB
+  grown_url=$PG/$GROWN_DB
+  for twin in "$EMPTY_DB" "$GROWN_DB"; do
     psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "CREATE DATABASE $twin" >/dev/null
     DATABASE_URL=$PG/$twin "$BIN" migrate >/dev/null
   done
   GROWTH_URLS=("$empty_url" "$grown_url")
-  say "loading $GROWTH_ROWS completed rows into ${DB}_grown (INSERT ... SELECT generate_series)"
+  say "loading $GROWTH_ROWS completed rows into $GROWN_DB (INSERT ... SELECT generate_series)"
   psql -q -v ON_ERROR_STOP=1 "$grown_url" <<EOF
 INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, event_type, response_status,
   response_content_type, response_body, attempts, received_at, completed_at, request_body)
@@ -585,7 +588,7 @@ SELECT 'bench', 'old-' || n, md5(n::text) || md5(n::text), 'completed', 'payment
 FROM generate_series(1, $GROWTH_ROWS) AS n;
 EOF
   loaded=$(psql -tA "$grown_url" -c "SELECT count(*) FROM deliveries WHERE status = 'completed'")
-  say "${DB}_grown holds $loaded completed rows"
+  say "$GROWN_DB holds $loaded completed rows"
   # The load's first VACUUM (every page's visibility) and the checkpoint
   # that writes it out, once before the rounds rather than in the first
   # loaded round's settle.
@@ -608,7 +611,7 @@ EOF
   grown=$(median "${grown_all[@]}")
   row postgres "**growth**: fresh($GROWTH_ROWS rows) ÷ fresh(empty twin), median of $ROUNDS rounds (req/s / req/s)" "$grown / $(median "${empty_all[@]}")" "$GROWTH_RATIO" "—" "ratios: ${grown_ratios[*]}; ÷ the first rounds: $(ratio "$grown" "$fresh_empty")"
   GROWTH_URLS=()
-  for twin in "${DB}_empty" "${DB}_grown"; do
+  for twin in "$EMPTY_DB" "$GROWN_DB"; do
     psql -q -v ON_ERROR_STOP=1 "$PG/postgres" -c "DROP DATABASE IF EXISTS $twin" >/dev/null
   done
 fi

@@ -87,7 +87,7 @@ where
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
         let started = Instant::now();
-        let id = incoming(req.headers()).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let id = incoming(req.headers()).unwrap_or_else(fresh_id);
         let method = method_label(req.method());
         // The pattern, never the raw path: it names the route in metrics,
         // where a path with ids in it would be a series per request.
@@ -132,6 +132,15 @@ where
             .in_span(span),
         )
     }
+}
+
+/// A new request id: a v4 UUID, hyphenated and lower case, as
+/// `Uuid::to_string` writes it, but encoded into a buffer and copied once
+/// rather than grown through the formatter.
+fn fresh_id() -> String {
+    let mut buffer = uuid::Uuid::encode_buffer();
+    let id: &str = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer);
+    id.to_owned()
 }
 
 /// The route pattern of each path seen lately, per app instance (one per
@@ -325,6 +334,15 @@ mod tests {
         ] {
             assert_eq!(incoming(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_fresh_id_is_a_v4_uuid_written_as_to_string_writes_it() {
+        let first = fresh_id();
+        let parsed = uuid::Uuid::parse_str(&first).expect("a UUID");
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_eq!(parsed.to_string(), first);
+        assert_ne!(fresh_id(), first);
     }
 
     #[test]

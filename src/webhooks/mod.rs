@@ -544,11 +544,7 @@ fn replay_early(
         &result,
         started.elapsed(),
     );
-    let mut answered = respond_to(
-        endpoint.provider.as_ref(),
-        vec![(key.to_owned(), result)],
-        false,
-    );
+    let mut answered = respond_to_one(endpoint.provider.as_ref(), result);
     answered.delivery = Some((key.to_owned(), event_type));
     Some(answered)
 }
@@ -603,6 +599,11 @@ async fn process_one(
     }
 }
 
+/// Whether a delivery's result is an answer the provider can stop at.
+fn finished(result: &Result<Outcome, EngineError>) -> bool {
+    matches!(result, Ok(Outcome::Fresh(_) | Outcome::Replayed(_)))
+}
+
 /// The answer to a request's deliveries. One delivery is answered with its
 /// stored response, byte for byte. A batch whose items all finished gets
 /// 200 and each item's outcome; otherwise the first unfinished item's answer
@@ -614,21 +615,11 @@ fn respond_to(
     mut results: Vec<(String, Result<Outcome, EngineError>)>,
     batch: bool,
 ) -> Answered {
-    let finished = |r: &Result<Outcome, EngineError>| {
-        matches!(r, Ok(Outcome::Fresh(_) | Outcome::Replayed(_)))
-    };
-    let all_finished = results.iter().all(|(_, r)| finished(r));
-    if !all_finished || (!batch && provider.acknowledgement().is_none()) {
+    if !batch || !results.iter().all(|(_, r)| finished(r)) {
         let Some((_, result)) = results.pop() else {
             return Answered::refused(&Problem::from(&Rejection::MalformedBody), None);
         };
-        return Answered {
-            outcome: reply::outcome_name(&result),
-            response: reply::respond(result),
-            reason: None,
-            detail: None,
-            delivery: None,
-        };
+        return respond_to_one(provider, result);
     }
     let outcome = if results
         .iter()
@@ -638,43 +629,70 @@ fn respond_to(
     } else {
         "processed"
     };
-    let response = match provider.acknowledgement() {
-        Some(body) => {
-            let mut response = HttpResponse::Ok();
-            response.content_type("text/plain; charset=utf-8");
-            if outcome == "replayed" {
-                response.insert_header((reply::REPLAYED_HEADER, "true"));
-            }
-            response.body(body)
-        }
-        None => {
-            let items: Vec<serde_json::Value> = results
-                .iter()
-                .map(|(key, result)| {
-                    let status = match result {
-                        Ok(Outcome::Fresh(stored) | Outcome::Replayed(stored)) => stored.status,
-                        _ => 500,
-                    };
-                    serde_json::json!({
-                        "delivery_id": key,
-                        "outcome": reply::outcome_name(result),
-                        "status": status,
-                    })
-                })
-                .collect();
-            let mut response = HttpResponse::Ok();
-            if outcome == "replayed" {
-                response.insert_header((reply::REPLAYED_HEADER, "true"));
-            }
-            response.json(serde_json::json!({
-                "status": "processed",
-                "deliveries": items,
-            }))
-        }
-    };
+    if let Some(body) = provider.acknowledgement() {
+        return acknowledged(body, outcome);
+    }
+    let items: Vec<serde_json::Value> = results
+        .iter()
+        .map(|(key, result)| {
+            let status = match result {
+                Ok(Outcome::Fresh(stored) | Outcome::Replayed(stored)) => stored.status,
+                _ => 500,
+            };
+            serde_json::json!({
+                "delivery_id": key,
+                "outcome": reply::outcome_name(result),
+                "status": status,
+            })
+        })
+        .collect();
+    let mut response = HttpResponse::Ok();
+    if outcome == "replayed" {
+        response.insert_header((reply::REPLAYED_HEADER, "true"));
+    }
     Answered {
         outcome,
-        response,
+        response: response.json(serde_json::json!({
+            "status": "processed",
+            "deliveries": items,
+        })),
+        reason: None,
+        detail: None,
+        delivery: None,
+    }
+}
+
+/// [`respond_to`] for a request of one delivery: its answer never names
+/// the key, so a repeat answered early builds neither a list nor a copy of
+/// its key for it.
+fn respond_to_one(provider: &dyn Provider, result: Result<Outcome, EngineError>) -> Answered {
+    if finished(&result)
+        && let Some(body) = provider.acknowledgement()
+    {
+        let outcome = reply::outcome_name(&result);
+        return acknowledged(body, outcome);
+    }
+    Answered {
+        outcome: reply::outcome_name(&result),
+        response: reply::respond(result),
+        reason: None,
+        detail: None,
+        delivery: None,
+    }
+}
+
+/// A finished delivery's answer where the provider demands a fixed
+/// acknowledgement; a repeat says so in its header, as a stored answer
+/// would.
+fn acknowledged(body: &'static str, outcome: &'static str) -> Answered {
+    let mut response = HttpResponse::Ok();
+    response.content_type("text/plain; charset=utf-8");
+    if outcome == "replayed" {
+        response.insert_header((reply::REPLAYED_HEADER, "true"));
+    }
+    Answered {
+        outcome,
+        response: response.body(body),
         reason: None,
         detail: None,
         delivery: None,

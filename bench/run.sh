@@ -594,17 +594,23 @@ EOF
   # loaded round's settle.
   settle
   empty_all=() grown_all=() grown_ratios=()
+  # The twins take turns going first (the empty one in odd rounds), so that
+  # a machine slowing down during the step does not always count against
+  # the twin that runs second: in the fifty-seventh run both slowed over
+  # the rounds, and the loaded one, then always second, slowed more.
   for round in $(seq 1 "$ROUNDS"); do
-    start_server "$empty_url" "$port"
-    r=$(loadgen "pg-fresh-empty-$round" "$empty_url" "$port" fresh --concurrency "$CONCURRENCY")
-    stop_server
-    record postgres "receiver fresh, empty twin database, round $round" "$r"
-    empty_rps=$(echo "$r" | field rps)
-    start_server "$grown_url" "$port"
-    r=$(loadgen "pg-fresh-grown-$round" "$grown_url" "$port" fresh --concurrency "$CONCURRENCY")
-    stop_server
-    grown_rps=$(echo "$r" | field rps)
-    record postgres "receiver fresh, $GROWTH_ROWS rows loaded, round $round" "$r" "$(ratio "$grown_rps" "$empty_rps") ÷ the empty twin"
+    if [ $((round % 2)) -eq 1 ]; then order='empty grown'; else order='grown empty'; fi
+    for twin in $order; do
+      if [ "$twin" = empty ]; then twin_url=$empty_url; else twin_url=$grown_url; fi
+      start_server "$twin_url" "$port"
+      r=$(loadgen "pg-fresh-$twin-$round" "$twin_url" "$port" fresh --concurrency "$CONCURRENCY")
+      stop_server
+      if [ "$twin" = empty ]; then empty_r=$r; else grown_r=$r; fi
+    done
+    empty_rps=$(echo "$empty_r" | field rps)
+    grown_rps=$(echo "$grown_r" | field rps)
+    record postgres "receiver fresh, empty twin database, round $round (${order%% *} first)" "$empty_r"
+    record postgres "receiver fresh, $GROWTH_ROWS rows loaded, round $round (${order%% *} first)" "$grown_r" "$(ratio "$grown_rps" "$empty_rps") ÷ the empty twin"
     empty_all+=("$empty_rps") grown_all+=("$grown_rps") grown_ratios+=("$(ratio "$grown_rps" "$empty_rps")")
   done
   GROWTH_RATIO=$(median "${grown_ratios[@]}")

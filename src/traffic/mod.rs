@@ -82,6 +82,14 @@ type Pending = HashMap<String, EndpointCounts, RandomState>;
 /// flush merges the shards.
 const SHARDS: usize = 16;
 
+/// Adds `count` to an endpoint's counter for `key`: how an answer is
+/// counted, how a flush merges the shards, and how counts that could not
+/// be written are put back.
+fn add(counts: &mut EndpointCounts, key: (i64, Outcome, i32), count: i32) {
+    let slot = counts.entry(key).or_insert(0);
+    *slot = slot.saturating_add(count);
+}
+
 /// A handle on the in-memory counters. Cheap to clone: every clone (each
 /// worker's copy of the webhook face) counts into the same ones.
 #[derive(Clone)]
@@ -116,8 +124,7 @@ impl Traffic {
             Some(counts) => counts,
             None => pending.entry(endpoint.to_owned()).or_default(),
         };
-        let count = counts.entry((minute, outcome, bucket)).or_insert(0);
-        *count = count.saturating_add(1);
+        add(counts, (minute, outcome, bucket), 1);
     }
 
     /// Shard `i`'s counts, locked. A panic while holding the lock leaves
@@ -139,8 +146,7 @@ impl Traffic {
             for (endpoint, counts) in taken {
                 let into = merged.entry(endpoint).or_default();
                 for (key, count) in counts {
-                    let slot = into.entry(key).or_insert(0);
-                    *slot = slot.saturating_add(count);
+                    add(into, key, count);
                 }
             }
         }
@@ -172,16 +178,15 @@ impl Traffic {
         // Into one shard: the next flush merges them with the rest.
         let mut pending = self.shard(crate::thread_shard::of_current_thread(SHARDS));
         for count in counts {
-            let slot = pending
-                .entry(count.endpoint)
-                .or_default()
-                .entry((
+            add(
+                pending.entry(count.endpoint).or_default(),
+                (
                     count.minute,
                     Outcome(Cow::Owned(count.outcome)),
                     count.bucket,
-                ))
-                .or_insert(0);
-            *slot = slot.saturating_add(count.count);
+                ),
+                count.count,
+            );
         }
         true
     }

@@ -420,9 +420,9 @@ async fn answer_fresh(
         );
         // A batch stops at the first item that did not finish: the provider
         // retries the whole batch, and the finished items replay.
-        let finished = matches!(result.1, Ok(Outcome::Fresh(_) | Outcome::Replayed(_)));
+        let stop = !finished(&result.1);
         results.push(result);
-        if !finished {
+        if stop {
             break;
         }
     }
@@ -646,13 +646,9 @@ fn respond_to(
             })
         })
         .collect();
-    let mut response = HttpResponse::Ok();
-    if outcome == "replayed" {
-        response.insert_header((reply::REPLAYED_HEADER, "true"));
-    }
     Answered {
         outcome,
-        response: response.json(serde_json::json!({
+        response: finished_ok(outcome).json(serde_json::json!({
             "status": "processed",
             "deliveries": items,
         })),
@@ -682,14 +678,10 @@ fn respond_to_one(provider: &dyn Provider, result: Result<Outcome, EngineError>)
 }
 
 /// A finished delivery's answer where the provider demands a fixed
-/// acknowledgement; a repeat says so in its header, as a stored answer
-/// would.
+/// acknowledgement.
 fn acknowledged(body: &'static str, outcome: &'static str) -> Answered {
-    let mut response = HttpResponse::Ok();
+    let mut response = finished_ok(outcome);
     response.content_type("text/plain; charset=utf-8");
-    if outcome == "replayed" {
-        response.insert_header((reply::REPLAYED_HEADER, "true"));
-    }
     Answered {
         outcome,
         response: response.body(body),
@@ -697,6 +689,17 @@ fn acknowledged(body: &'static str, outcome: &'static str) -> Answered {
         detail: None,
         delivery: None,
     }
+}
+
+/// A 200 for finished deliveries that the receiver words itself (a batch's
+/// list, a fixed acknowledgement): a repeat says so in its header, as a
+/// stored answer does.
+fn finished_ok(outcome: &str) -> actix_web::HttpResponseBuilder {
+    let mut response = HttpResponse::Ok();
+    if outcome == "replayed" {
+        response.insert_header((reply::REPLAYED_HEADER, "true"));
+    }
+    response
 }
 
 /// Counts what the engine decided for a verified delivery, in the metrics

@@ -602,7 +602,7 @@ impl Engine {
         }
         // No body key: the tally's write finds the row by its key.
         self.count_replay(scope, key, None);
-        Some((hit.response.clone(), hit.event_type.clone()))
+        Some((hit.response(), hit.event_type().map(str::to_owned)))
     }
 
     fn count_replay(&self, scope: &str, key: &str, body_key: Option<&str>) {
@@ -630,7 +630,7 @@ impl Engine {
             request.retention,
         )?;
         match verdict {
-            None => Some(Outcome::Replayed(hit.response.clone())),
+            None => Some(Outcome::Replayed(hit.response())),
             Some(Verdict::Mismatch) => Some(Outcome::Mismatch),
             // Past the retention: the database decides what happens.
             Some(_) => None,
@@ -652,7 +652,7 @@ impl Engine {
         let now = self.store().clock().now();
         let hit = self.store().replay_cache().get_at(scope, key, now)?;
         let verdict = self.judge_completed(
-            &hit.request_hash,
+            hit.request_hash(),
             hit.received_at,
             fingerprint,
             retention,

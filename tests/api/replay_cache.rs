@@ -41,7 +41,7 @@ both_backends_with! { brief;
             .replay_cache()
             .get("brief", "msg_brief")
             .expect("the completion is cached");
-        assert_eq!(cached.response.body, first_body.to_vec());
+        assert_eq!(cached.response().body, first_body.to_vec());
 
         let again = app.deliver_to("brief", "msg_brief", &body).await;
         assert_eq!(again.status(), 200);
@@ -165,7 +165,7 @@ both_backends! {
         let real = payment("pay_early", 10);
         assert_eq!(app.deliver("msg_real", &real).await.status(), 200);
         let hit = app.store.replay_cache().get(ENDPOINT, "msg_real").expect("cached");
-        assert_eq!(hit.event_type.as_deref(), Some("payment.succeeded"));
+        assert_eq!(hit.event_type(), Some("payment.succeeded"));
         let again = app.deliver("msg_real", &real).await;
         assert!(replayed(&again));
         assert_eq!(app.ledger_rows().await, 1);

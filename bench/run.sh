@@ -239,14 +239,18 @@ settle() {
 # pgbench's "tps = N (without initial connection time)".
 pgbench_tps() { sed -n 's/^tps = \([0-9]*\.[0-9]\).*/\1/p' | head -n 1; }
 
-# One settled pgbench run at the bench's concurrency, prepared statements,
-# durable commits (`synchronous_commit = on`); prints its tps.
+# pgbench at the bench's concurrency and duration, prepared statements:
+# the measured runs and the warm-up alike.
+PGBENCH=(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION")
+
+# One settled pgbench run with durable commits (`synchronous_commit = on`);
+# prints its tps.
 pgbench_run() { # cpu-label url script extra-args...
   local label=$1 url=$2 script=$3
   shift 3
   settle
   cpu_begin
-  /usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" "$@" \
+  /usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' "${PGBENCH[@]}" "$@" \
     -f "$script" "$url" 2>&1 | tee -a "$WORK/pgbench.txt" | pgbench_tps
   cpu_end "$label" "$WORK/time.pgbench"
 }
@@ -514,7 +518,7 @@ EOF
   # (1.46-1.58 ×). pgbench of the receiver's own SQL, on the receiver's
   # database, and the receiver's own first rounds showed no such step.
   say "warm-up: pgbench minimal, unmeasured"
-  pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" -f bench/minimal.sql "$MINIMAL_URL" >>"$WORK/pgbench.txt" 2>&1
+  "${PGBENCH[@]}" -f bench/minimal.sql "$MINIMAL_URL" >>"$WORK/pgbench.txt" 2>&1
   min_all=() own_all=() rx_all=() rx_min=() rx_own=() own_min=()
   for round in $(seq 1 "$ROUNDS"); do
     say "round $round/$ROUNDS: pgbench minimal, pgbench fresh.sql, receiver fresh ($CONCURRENCY clients, ${DURATION}s each)"

@@ -46,6 +46,42 @@ impl RequestId {
 #[derive(Debug, Clone, Copy)]
 pub struct AnswerLogged;
 
+/// Literal paths that stand for a pattern in logs and metrics, in an app's
+/// data: a face that registers a literal path per name in front of its
+/// pattern (see `Webhooks::configure`) names the route by the pattern
+/// whichever of the two matched, so that a route's series and lines do not
+/// split by name. A matched pattern that ends with one of the paths (the
+/// app's own, or the same under a scope's prefix) is named by the pattern,
+/// under the same prefix.
+#[derive(Debug, Clone)]
+pub struct RouteLabel {
+    paths: Vec<String>,
+    pattern: &'static str,
+}
+
+impl RouteLabel {
+    pub fn new(paths: impl IntoIterator<Item = String>, pattern: &'static str) -> RouteLabel {
+        RouteLabel {
+            paths: paths.into_iter().collect(),
+            pattern,
+        }
+    }
+
+    /// `matched` as logs and metrics name it. Once per path and worker
+    /// (`RoutePatterns` keeps the answer), so a pass over the paths will do.
+    fn name(&self, matched: String) -> String {
+        // Each path starts with '/', so a suffix starts at a segment.
+        match self
+            .paths
+            .iter()
+            .find_map(|path| matched.strip_suffix(path.as_str()))
+        {
+            Some(prefix) => format!("{prefix}{}", self.pattern),
+            None => matched,
+        }
+    }
+}
+
 /// The middleware; wrap the whole `App` with it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RequestIds;
@@ -167,7 +203,10 @@ impl RoutePatterns {
             return pattern.clone();
         }
         let pattern: Rc<str> = match req.match_pattern() {
-            Some(pattern) => pattern.into(),
+            Some(pattern) => match req.app_data::<RouteLabel>() {
+                Some(label) => label.name(pattern).into(),
+                None => pattern.into(),
+            },
             None => "unmatched".into(),
         };
         if path.len() <= ROUTE_CACHE_PATH_LEN {
@@ -293,6 +332,59 @@ mod tests {
         assert!(
             !patterns.0.borrow().contains_key(long.as_str()),
             "a long path is not kept"
+        );
+    }
+
+    #[actix_web::test]
+    async fn a_literal_path_is_named_by_the_pattern_it_stands_for() {
+        let patterns = Rc::new(RoutePatterns::default());
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let (cache, log) = (patterns.clone(), seen.clone());
+        let label = RouteLabel::new(["/hooks/shop".to_owned()], "/hooks/{name}");
+        let app = actix_test::init_service(
+            App::new()
+                .app_data(label)
+                .wrap_fn(move |req, srv| {
+                    log.borrow_mut().push(cache.pattern(&req).to_string());
+                    srv.call(req)
+                })
+                .route("/hooks/shop", web::post().to(HttpResponse::Ok))
+                .route("/hooks/{name}", web::post().to(HttpResponse::Accepted))
+                .service(
+                    web::scope("/api")
+                        .route("/hooks/shop", web::post().to(HttpResponse::Ok))
+                        .route("/hooks/{name}", web::post().to(HttpResponse::Accepted)),
+                )
+                .route("/shop", web::post().to(HttpResponse::Ok)),
+        )
+        .await;
+        let mut statuses = Vec::new();
+        for path in [
+            "/hooks/shop",
+            "/hooks/other",
+            "/api/hooks/shop",
+            "/api/hooks/x",
+            "/shop",
+        ] {
+            let request = actix_test::TestRequest::post().uri(path).to_request();
+            statuses.push(
+                actix_test::call_service(&app, request)
+                    .await
+                    .status()
+                    .as_u16(),
+            );
+        }
+        // The literal path answered where it matched, the pattern elsewhere.
+        assert_eq!(statuses, [200, 202, 200, 202, 200]);
+        assert_eq!(
+            *seen.borrow(),
+            [
+                "/hooks/{name}",
+                "/hooks/{name}",
+                "/api/hooks/{name}",
+                "/api/hooks/{name}",
+                "/shop"
+            ]
         );
     }
 

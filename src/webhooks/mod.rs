@@ -21,7 +21,7 @@ use crate::publishers::OutboxSignal;
 use crate::reply;
 use crate::telemetry::in_span::InSpanExt;
 use crate::telemetry::metrics::{self, Conflict};
-use crate::telemetry::request_id::{AnswerLogged, millis};
+use crate::telemetry::request_id::{AnswerLogged, RouteLabel, millis};
 use crate::traffic::{self, Traffic};
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use bytes::Bytes;
@@ -144,11 +144,81 @@ impl Webhooks {
     }
 
     /// Registers `POST /webhooks/{endpoint}` on an actix app or scope.
+    ///
+    /// Each endpoint whose name is plain (see [`is_plain_segment`]) gets
+    /// its own literal path first, `/webhooks/shop`, which actix matches by
+    /// comparing strings. It matches a path with a segment in braces by a
+    /// regex with captures: about 1,200 instructions a request, a fortieth
+    /// of a replay's (callgrind). Both reach the same handlers; anything
+    /// else (an unknown endpoint, a name written percent-encoded or with
+    /// characters a literal path would read differently) goes to
+    /// `/webhooks/{endpoint}` as before. Logs, metrics and traces name the
+    /// route `/webhooks/{endpoint}` either way ([`RouteLabel`]).
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
-        cfg.app_data(web::Data::new(self.clone()))
-            .route("/webhooks/{endpoint}", web::post().to(receive))
-            .route("/webhooks/{endpoint}", web::get().to(challenge));
+        cfg.app_data(web::Data::new(self.clone()));
+        let mut literal = Vec::new();
+        for endpoint in self.endpoints().filter(|e| is_plain_segment(&e.name)) {
+            let path = format!("/webhooks/{}", endpoint.name);
+            let name: Arc<str> = endpoint.name.as_str().into();
+            let challenged = name.clone();
+            // One resource per method, as `App::route` makes them, so that
+            // another method falls through to the pattern's and is
+            // answered as before.
+            cfg.route(
+                &path,
+                web::post().to(
+                    move |request: HttpRequest,
+                          payload: web::Payload,
+                          webhooks: web::Data<Webhooks>| {
+                        receive(request, name.clone(), payload, webhooks)
+                    },
+                ),
+            )
+            .route(
+                &path,
+                web::get().to(move |request: HttpRequest, webhooks: web::Data<Webhooks>| {
+                    challenge(request, challenged.clone(), webhooks)
+                }),
+            );
+            literal.push(path);
+        }
+        cfg.app_data(RouteLabel::new(literal, ROUTE))
+            .route(ROUTE, web::post().to(receive_at_pattern))
+            .route(ROUTE, web::get().to(challenge_at_pattern));
     }
+}
+
+/// The route's pattern, as logs, metrics and traces name it.
+pub(crate) const ROUTE: &str = "/webhooks/{endpoint}";
+
+/// Whether `name` can be a literal path segment that actix matches exactly
+/// when, and only when, `/webhooks/{endpoint}` would capture `name`: the
+/// characters that a URL never needs to encode (RFC 3986's unreserved),
+/// none of which actix's path decoding changes, and not a dot segment.
+fn is_plain_segment(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+async fn challenge_at_pattern(
+    request: HttpRequest,
+    path: web::Path<String>,
+    webhooks: web::Data<Webhooks>,
+) -> HttpResponse {
+    challenge(request, path.into_inner(), webhooks).await
+}
+
+async fn receive_at_pattern(
+    request: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+    webhooks: web::Data<Webhooks>,
+) -> HttpResponse {
+    receive(request, path.into_inner(), payload, webhooks).await
 }
 
 /// `GET /webhooks/{endpoint}`: the unsigned check a provider sends when a
@@ -157,11 +227,11 @@ impl Webhooks {
 /// as a route without `GET` would.
 async fn challenge(
     request: HttpRequest,
-    path: web::Path<String>,
+    path: impl AsRef<str>,
     webhooks: web::Data<Webhooks>,
 ) -> HttpResponse {
     let reply = webhooks
-        .endpoint(&path)
+        .endpoint(path.as_ref())
         .and_then(|endpoint| endpoint.provider.challenge(request.query_string()));
     match reply {
         Some(reply) => HttpResponse::Ok()
@@ -178,15 +248,16 @@ async fn challenge(
     }
 }
 
+/// `POST /webhooks/{endpoint}`, with the endpoint's name from the path.
 async fn receive(
     request: HttpRequest,
-    path: web::Path<String>,
+    path: impl AsRef<str>,
     payload: web::Payload,
     webhooks: web::Data<Webhooks>,
 ) -> HttpResponse {
     // Made before it is entered: a caller's trace can only be continued
     // by a span that has not started.
-    let span = traced::webhook_span(&request, &path);
+    let span = traced::webhook_span(&request, path.as_ref());
     receive_in(request, path, payload, webhooks)
         .in_span(span)
         .await
@@ -194,12 +265,12 @@ async fn receive(
 
 async fn receive_in(
     request: HttpRequest,
-    path: web::Path<String>,
+    path: impl AsRef<str>,
     payload: web::Payload,
     webhooks: web::Data<Webhooks>,
 ) -> HttpResponse {
     let started = Instant::now();
-    let answered = answer(&request, &path, payload, &webhooks, started).await;
+    let answered = answer(&request, path.as_ref(), payload, &webhooks, started).await;
     let span = tracing::Span::current();
     // One record for all: each record is a lookup of the span, a lock of
     // its extensions and an append to its formatted fields, in every layer

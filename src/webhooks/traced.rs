@@ -12,7 +12,7 @@ use tracing::{Span, field};
 
 /// The route as OpenTelemetry's `http.route` names it: the pattern, never
 /// the path.
-const ROUTE: &str = "/webhooks/{endpoint}";
+use super::ROUTE;
 
 /// The span of one request to `POST /webhooks/{endpoint}`, not yet entered:
 /// a child of the caller's `traceparent` when it sent one.

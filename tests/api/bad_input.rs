@@ -1,5 +1,5 @@
 use crate::both_backends;
-use crate::helpers::{TestApp, now, payment, problem};
+use crate::helpers::{ENDPOINT, TestApp, now, payment, problem};
 use base64::Engine as _;
 use idempotent_receiver::webhooks::NUL_REPLACEMENT;
 use idempotent_receiver::with_conn;
@@ -188,5 +188,34 @@ both_backends! {
         problem(unrouted, 404, "not-found").await;
         let wrong_method = app.client.get(format!("{}/payments", app.address)).send().await.unwrap();
         problem(wrong_method, 405, "method-not-allowed").await;
+    }
+}
+
+both_backends! {
+    async fn an_endpoint_answers_the_same_at_its_plain_and_its_percent_encoded_path(app) {
+        // `shop` is matched as a literal path, `%73hop` by the pattern
+        // `/webhooks/{endpoint}` after decoding: one endpoint either way.
+        let encoded = format!("%{:02X}{}", ENDPOINT.as_bytes()[0], &ENDPOINT[1..]);
+        for (id, first, second) in [("msg_route_a", encoded.as_str(), ENDPOINT), ("msg_route_b", ENDPOINT, encoded.as_str())] {
+            let body = payment(id, 100);
+            let headers = app.signed_headers(id, now(), &body);
+            let fresh = app.post_to(first, &headers, body.clone()).await;
+            assert_eq!(fresh.status(), 200, "{first}");
+            assert!(fresh.headers().get("idempotent-replayed").is_none(), "{first}");
+            let fresh = fresh.bytes().await.unwrap();
+            let again = app.post_to(second, &headers, body).await;
+            assert_eq!(again.status(), 200, "{second}");
+            assert_eq!(again.headers()["idempotent-replayed"], "true", "{second}");
+            assert_eq!(again.bytes().await.unwrap(), fresh, "{second}");
+        }
+        assert_eq!(app.ledger_rows().await, 2);
+        // Another method, and the unsigned GET check, answered alike at both.
+        for path in [ENDPOINT, encoded.as_str()] {
+            let url = format!("{}/webhooks/{path}", app.address);
+            problem(app.client.put(&url).body("{}").send().await.unwrap(), 404, "not-found").await;
+            let check = app.client.get(&url).send().await.unwrap();
+            assert_eq!(check.headers()["allow"], "POST", "{path}");
+            problem(check, 405, "method-not-allowed").await;
+        }
     }
 }

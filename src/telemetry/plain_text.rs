@@ -334,14 +334,13 @@ const THOUSANDTHS_LEN: usize = 16;
 /// number of thousandths from 0 to 10^12 (exclusive); `None` otherwise.
 ///
 /// Why the text is `{:?}`'s: `value` equals `n / 1000.0`, the `f64`
-/// nearest to the decimal `n / 1000`, and that decimal, of at most 15
-/// significant digits, is then the shortest text that reads back as
-/// `value` (any other text of as many digits or fewer differs from it by a
-/// unit of its last digit, more than the half unit of the last place of an
-/// `f64` in which two decimals can round to the same value), which is
-/// what `{:?}` writes, without an exponent in this range, and with `.0`
-/// for a whole number. `thousandths_are_written_as_debug_writes_them`
-/// compares the two.
+/// nearest to the decimal `n / 1000`. That decimal has at most 15
+/// significant digits, and any other decimal with no more digits differs
+/// from it by at least a unit of its last digit, more than the distance
+/// between two neighbouring `f64`s at 15 digits: so it is the only
+/// shortest text that reads back as `value`, which is what `{:?}` writes
+/// (without an exponent in this range, and with `.0` for a whole number).
+/// `thousandths_are_written_as_debug_writes_them` compares the two.
 fn thousandths(value: f64, text: &mut [u8; THOUSANDTHS_LEN]) -> Option<&str> {
     // Excludes NaN, the infinities and every negative value, -0.0 too.
     if value.is_sign_negative() || value.is_nan() || value >= 1e12 {

@@ -77,4 +77,5 @@ pub mod store;
 pub mod telemetry;
 pub mod thread_shard;
 pub mod traffic;
+pub mod uri_text;
 pub mod webhooks;

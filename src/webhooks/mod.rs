@@ -192,16 +192,14 @@ impl Webhooks {
 pub(crate) const ROUTE: &str = "/webhooks/{endpoint}";
 
 /// Whether `name` can be a literal path segment that actix matches exactly
-/// when, and only when, `/webhooks/{endpoint}` would capture `name`: the
-/// characters that a URL never needs to encode (RFC 3986's unreserved),
-/// none of which actix's path decoding changes, and not a dot segment.
+/// when, and only when, `/webhooks/{endpoint}` would capture `name`:
+/// unreserved characters only (which actix's path decoding never changes),
+/// and not a dot segment.
 fn is_plain_segment(name: &str) -> bool {
     !name.is_empty()
         && name != "."
         && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+        && name.bytes().all(crate::uri_text::is_unreserved)
 }
 
 async fn challenge_at_pattern(

@@ -252,18 +252,15 @@ impl PlainVisitor<'_> {
         }
     }
 
-    /// A pair whose value is already the text `{:?}` would write.
-    fn write_pair_text(&mut self, name: &str, text: &str) -> fmt::Result {
+    /// The separating space, the field's name and `=`.
+    fn write_name(&mut self, name: &str) -> fmt::Result {
         self.separate()?;
         self.writer.write_str(name)?;
-        self.writer.write_char('=')?;
-        self.writer.write_str(text)
+        self.writer.write_char('=')
     }
 
     fn write_pair(&mut self, name: &str, value: &dyn fmt::Debug) -> fmt::Result {
-        self.separate()?;
-        self.writer.write_str(name)?;
-        self.writer.write_char('=')?;
+        self.write_name(name)?;
         write!(self.writer, "{value:?}")
     }
 }
@@ -294,7 +291,9 @@ impl Visit for PlainVisitor<'_> {
         match thousandths(value, &mut digits) {
             Some(text) if !self.is_special(field.name()) => {
                 if self.result.is_ok() {
-                    self.result = self.write_pair_text(field.name(), text);
+                    self.result = self
+                        .write_name(field.name())
+                        .and_then(|()| self.writer.write_str(text));
                 }
             }
             _ => self.record_debug(field, &value),
@@ -352,7 +351,7 @@ fn thousandths(value: f64, text: &mut [u8; THOUSANDTHS_LEN]) -> Option<&str> {
     }
     // Below 10^15: exact in an `f64` and in a `u64`.
     let n = scaled as u64;
-    let (whole, fraction) = (n / 1000, n % 1000);
+    let (mut whole, fraction) = (n / 1000, n % 1000);
     // The fraction without its trailing zeros, and how many digits are
     // left; `.0` for none.
     let (mut fraction, mut fraction_len) = match fraction {
@@ -371,7 +370,6 @@ fn thousandths(value: f64, text: &mut [u8; THOUSANDTHS_LEN]) -> Option<&str> {
     }
     end -= 1;
     text[end] = b'.';
-    let mut whole = whole;
     loop {
         end -= 1;
         text[end] = b'0' + (whole % 10) as u8;

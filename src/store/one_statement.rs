@@ -17,12 +17,15 @@
 //! (tokio-postgres ends every statement with a `Sync`).
 
 use super::deliveries::{NewClaim, StoredResponse};
-use super::{DbConn, Prepared, StoreError};
+use super::prepared::{FixedStatement, FixedText, Prepared, SqlText};
+use super::{DbConn, StoreError};
 use chrono::NaiveDateTime;
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::result::QueryResult;
 use diesel::sql_types::{BigInt, Binary, Integer, Nullable, Text, Timestamp};
 use diesel_async::RunQueryDsl;
 use std::borrow::Cow;
-
 /// A write that travels with the claim: a row of one of the tables the
 /// built-in handlers write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,31 +78,163 @@ impl DbConn {
             ));
         };
         let c: &mut super::PgConn = c;
-        let text = statement_text(writes);
-        let mut query = diesel::sql_query(text)
-            .into_boxed::<diesel::pg::Pg>()
-            .bind::<Text, _>(claim.endpoint)
-            .bind::<Text, _>(claim.delivery_id)
-            .bind::<Text, _>(claim.request_hash)
-            .bind::<Nullable<Text>, _>(claim.event_type)
-            .bind::<Timestamp, _>(claim.received_at)
-            .bind::<Timestamp, _>(completed_at)
-            .bind::<Nullable<Text>, _>(claim.body_key)
-            .bind::<Nullable<Binary>, _>(claim.request_body)
-            .bind::<Integer, _>(i32::from(response.status))
-            .bind::<Text, _>(response.content_type.as_str())
-            .bind::<Binary, _>(&response.body[..])
-            .bind::<Nullable<Text>, _>(response.location.as_deref());
-        for write in writes {
-            query = match write {
+        let query = ClaimCompleted {
+            claim,
+            completed_at,
+            status: i32::from(response.status),
+            content_type: &response.content_type,
+            body: &response.body,
+            location: response.location.as_deref(),
+            writes,
+        };
+        // `SELECT 1 FROM claim`: one row where the claim won. A list of up
+        // to two writes (the built-in handlers') has a marker of its own, so
+        // that its text is rendered once per process and the connection's
+        // cache finds its statement by type; a longer list is looked up by
+        // its text, which diesel then renders on every execution.
+        macro_rules! by_shape {
+            ($($code:literal)*) => {
+                match shape(writes) {
+                    $(Some($code) => FixedText::<Shape<$code>, _>::new(query).execute(c).await?,)*
+                    _ => Prepared(query).execute(c).await?,
+                }
+            };
+        }
+        let rows = by_shape!(0 1 2 4 5 7 8);
+        Ok(rows == 1)
+    }
+}
+
+/// The statements of the write lists of at most two writes, one marker per
+/// list: `Shape<CODE>` with [`shape`]'s code.
+struct Shape<const CODE: usize>;
+
+/// Where each marker's text is kept. A `static` in a generic function is one
+/// for all its instances, hence the table.
+static SHAPE_TEXTS: [SqlText; 9] = [const { SqlText::new() }; 9];
+
+impl<const CODE: usize> FixedStatement for Shape<CODE> {
+    fn text() -> &'static SqlText {
+        &SHAPE_TEXTS[CODE]
+    }
+}
+
+/// The code of a list of at most two writes: a base-3 number whose digits
+/// are the writes' kinds, the first write the lowest digit (an event 1, a
+/// ledger row 2). No kind is 0, so every list has its own code: the empty
+/// list 0, one write 1 or 2, two writes 4, 5, 7 or 8.
+fn shape(writes: &[PlannedWrite<'_>]) -> Option<usize> {
+    if writes.len() > 2 {
+        return None;
+    }
+    Some(writes.iter().rev().fold(0, |code, write| {
+        code * 3
+            + match write {
+                PlannedWrite::Event { .. } => 1,
+                PlannedWrite::Ledger { .. } => 2,
+            }
+    }))
+}
+
+/// The one statement: the claim's insert, already completed, then each write
+/// as an `INSERT ... SELECT ... FROM claim`. Its text depends only on which
+/// kinds of write come in which order; the values are all bound, each where
+/// diesel numbers its placeholder, in the order they are pushed.
+struct ClaimCompleted<'a> {
+    claim: &'a NewClaim<'a>,
+    completed_at: NaiveDateTime,
+    status: i32,
+    content_type: &'a str,
+    body: &'a [u8],
+    location: Option<&'a str>,
+    writes: &'a [PlannedWrite<'a>],
+}
+
+impl QueryId for ClaimCompleted<'_> {
+    // Its text varies with its writes: see `Shape`.
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+/// Binds each value, with `", "` between them.
+macro_rules! binds {
+    ($out:ident; $first_ty:ty => $first:expr $(, $ty:ty => $value:expr)* $(,)?) => {
+        $out.push_bind_param::<$first_ty, _>($first)?;
+        $(
+            $out.push_sql(", ");
+            $out.push_bind_param::<$ty, _>($value)?;
+        )*
+    };
+}
+
+/// `n` in decimal, written into `buf`: the name of a write's `WITH` part
+/// without a `format!` on every pass over the statement.
+fn decimal(mut n: usize, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits only.
+    std::str::from_utf8(&buf[at..]).unwrap_or_default()
+}
+
+impl QueryFragment<Pg> for ClaimCompleted<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let claim = self.claim;
+        out.push_sql(
+            "WITH claim AS (INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, \
+             event_type, attempts, received_at, completed_at, body_key, request_body, \
+             response_status, response_content_type, response_body, response_location) \
+             VALUES (",
+        );
+        binds!(out;
+            Text => &claim.endpoint,
+            Text => &claim.delivery_id,
+            Text => &claim.request_hash,
+        );
+        out.push_sql(", 'completed', ");
+        out.push_bind_param::<Nullable<Text>, _>(&claim.event_type)?;
+        out.push_sql(", 1, ");
+        binds!(out;
+            Timestamp => &claim.received_at,
+            Timestamp => &self.completed_at,
+            Nullable<Text> => &claim.body_key,
+            Nullable<Binary> => &claim.request_body,
+            Integer => &self.status,
+            Text => &self.content_type,
+            Binary => &self.body,
+            Nullable<Text> => &self.location,
+        );
+        out.push_sql(") ON CONFLICT DO NOTHING RETURNING endpoint, delivery_id)");
+        for (i, write) in self.writes.iter().enumerate() {
+            out.push_sql(", w");
+            out.push_sql(decimal(i, &mut [0; 20]));
+            match write {
                 PlannedWrite::Event {
                     event_type,
                     payload,
                     recorded_at,
-                } => query
-                    .bind::<Nullable<Text>, _>(*event_type)
-                    .bind::<Text, _>(payload.as_ref())
-                    .bind::<Timestamp, _>(*recorded_at),
+                } => {
+                    out.push_sql(
+                        " AS (INSERT INTO events (endpoint, delivery_id, event_type, payload, \
+                         recorded_at) SELECT endpoint, delivery_id, ",
+                    );
+                    binds!(out;
+                        Nullable<Text> => event_type,
+                        Text => payload,
+                        Timestamp => recorded_at,
+                    );
+                    out.push_sql(
+                        " FROM claim ON CONFLICT (endpoint, delivery_id) DO UPDATE SET \
+                         event_type = excluded.event_type, payload = excluded.payload, \
+                         recorded_at = excluded.recorded_at)",
+                    );
+                }
                 PlannedWrite::Ledger {
                     id,
                     kind,
@@ -108,94 +243,87 @@ impl DbConn {
                     amount,
                     currency,
                     created_at,
-                } => query
-                    .bind::<BigInt, _>(*id)
-                    .bind::<Text, _>(*kind)
-                    .bind::<Text, _>(payment_id.as_ref())
-                    .bind::<Nullable<Text>, _>(order_id.as_deref())
-                    .bind::<BigInt, _>(*amount)
-                    .bind::<Text, _>(currency.as_ref())
-                    .bind::<Timestamp, _>(*created_at),
-            };
+                } => {
+                    out.push_sql(
+                        " AS (INSERT INTO ledger_entries (id, endpoint, delivery_id, kind, \
+                         payment_id, order_id, amount, currency, created_at) SELECT ",
+                    );
+                    out.push_bind_param::<BigInt, _>(id)?;
+                    out.push_sql(", endpoint, delivery_id, ");
+                    binds!(out;
+                        Text => kind,
+                        Text => payment_id,
+                        Nullable<Text> => order_id,
+                        BigInt => amount,
+                        Text => currency,
+                        Timestamp => created_at,
+                    );
+                    out.push_sql(" FROM claim)");
+                }
+            }
         }
-        // `SELECT 1 FROM claim`: one row where the claim won.
-        let rows = Prepared(query).execute(c).await?;
-        Ok(rows == 1)
+        out.push_sql(" SELECT 1 FROM claim");
+        Ok(())
     }
-}
-
-/// The statement for `writes`, in their order. Its text depends only on
-/// which kinds of write come in which order, so a connection prepares it
-/// once per handler list.
-fn statement_text(writes: &[PlannedWrite<'_>]) -> String {
-    let mut text = String::from(
-        "WITH claim AS (INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, \
-         event_type, attempts, received_at, completed_at, body_key, request_body, \
-         response_status, response_content_type, response_body, response_location) \
-         VALUES ($1, $2, $3, 'completed', $4, 1, $5, $6, $7, $8, $9, $10, $11, $12) \
-         ON CONFLICT DO NOTHING RETURNING endpoint, delivery_id)",
-    );
-    let mut n = 12;
-    for (i, write) in writes.iter().enumerate() {
-        let mut next = || {
-            n += 1;
-            format!("${n}")
-        };
-        let part = match write {
-            PlannedWrite::Event { .. } => format!(
-                ", w{i} AS (INSERT INTO events (endpoint, delivery_id, event_type, payload, \
-                 recorded_at) SELECT endpoint, delivery_id, {}, {}, {} FROM claim \
-                 ON CONFLICT (endpoint, delivery_id) DO UPDATE SET \
-                 event_type = excluded.event_type, payload = excluded.payload, \
-                 recorded_at = excluded.recorded_at)",
-                next(),
-                next(),
-                next()
-            ),
-            PlannedWrite::Ledger { .. } => format!(
-                ", w{i} AS (INSERT INTO ledger_entries (id, endpoint, delivery_id, kind, \
-                 payment_id, order_id, amount, currency, created_at) SELECT {}, endpoint, \
-                 delivery_id, {}, {}, {}, {}, {}, {} FROM claim)",
-                next(),
-                next(),
-                next(),
-                next(),
-                next(),
-                next(),
-                next()
-            ),
-        };
-        text.push_str(&part);
-    }
-    text.push_str(" SELECT 1 FROM claim");
-    text
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{PlannedWrite, statement_text};
+    use super::{ClaimCompleted, NewClaim, PlannedWrite, decimal, shape};
     use chrono::NaiveDateTime;
+    use diesel::pg::Pg;
+
+    fn event(at: NaiveDateTime) -> PlannedWrite<'static> {
+        PlannedWrite::Event {
+            event_type: None,
+            payload: "{}".into(),
+            recorded_at: at,
+        }
+    }
+
+    fn ledger(at: NaiveDateTime) -> PlannedWrite<'static> {
+        PlannedWrite::Ledger {
+            id: 7,
+            kind: "charge",
+            payment_id: "pay_1".into(),
+            order_id: None,
+            amount: 100,
+            currency: "EUR".into(),
+            created_at: at,
+        }
+    }
+
+    /// The statement for `writes` as diesel renders it, with its binds.
+    fn rendered(writes: &[PlannedWrite<'_>]) -> String {
+        let claim = NewClaim {
+            endpoint: "shop",
+            delivery_id: "msg_1",
+            request_hash: "ab12",
+            status: "completed",
+            event_type: Some("payment.succeeded"),
+            attempts: 1,
+            lease_owner: None,
+            lease_expires_at: None,
+            received_at: NaiveDateTime::default(),
+            body_key: None,
+            request_body: Some(b"{}"),
+        };
+        let query = ClaimCompleted {
+            claim: &claim,
+            completed_at: NaiveDateTime::default(),
+            status: 200,
+            content_type: "application/json",
+            body: b"{\"ok\":true}",
+            location: None,
+            writes,
+        };
+        diesel::debug_query::<Pg, _>(&query).to_string()
+    }
 
     #[test]
     fn each_write_reads_the_claim_and_binds_after_the_claims_twelve() {
         let at = NaiveDateTime::default();
-        let writes = [
-            PlannedWrite::Event {
-                event_type: None,
-                payload: "{}".into(),
-                recorded_at: at,
-            },
-            PlannedWrite::Ledger {
-                id: 7,
-                kind: "charge",
-                payment_id: "pay_1".into(),
-                order_id: None,
-                amount: 100,
-                currency: "EUR".into(),
-                created_at: at,
-            },
-        ];
-        let text = statement_text(&writes);
+        let text = rendered(&[event(at), ledger(at)]);
         assert!(text.starts_with(
             "WITH claim AS (INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, "
         ));
@@ -208,13 +336,83 @@ mod tests {
              recorded_at) SELECT endpoint, delivery_id, $13, $14, $15 FROM claim ON CONFLICT"
         ));
         assert!(text.contains(
-            "SELECT $16, endpoint, delivery_id, $17, $18, $19, $20, $21, $22 FROM claim)"
+            ", w1 AS (INSERT INTO ledger_entries (id, endpoint, delivery_id, kind, payment_id, \
+             order_id, amount, currency, created_at) \
+             SELECT $16, endpoint, delivery_id, $17, $18, $19, $20, $21, $22 FROM claim)"
         ));
-        assert!(text.ends_with(" SELECT 1 FROM claim"));
+        assert!(text.contains(" SELECT 1 FROM claim -- binds: ["), "{text}");
+        // The binds, in the order of their placeholders.
+        let binds = &text[text.find("-- binds: ").expect("binds")..];
+        for (earlier, later) in [
+            ("\"shop\"", "\"msg_1\""),
+            ("\"msg_1\"", "\"ab12\""),
+            ("Some(\"payment.succeeded\")", "200"),
+            ("\"application/json\"", "None, None, \"{}\""),
+            ("\"{}\"", "7, \"charge\", \"pay_1\", None, 100, \"EUR\""),
+        ] {
+            let (a, b) = (binds.find(earlier), binds.rfind(later));
+            assert!(
+                a.is_some() && b.is_some() && a < b,
+                "{earlier} before {later}: {binds}"
+            );
+        }
         // No write (a refusal stored alone): the claim, still one row
         // where it won.
-        let alone = statement_text(&[]);
+        let alone = rendered(&[]);
         assert!(!alone.contains(" w0 AS "), "{alone}");
-        assert!(alone.ends_with(") SELECT 1 FROM claim"), "{alone}");
+        assert!(alone.contains(") SELECT 1 FROM claim -- binds"), "{alone}");
+        // Three writes and more: each its own name.
+        let many = rendered(&[event(at), ledger(at), ledger(at)]);
+        assert!(
+            many.contains(", w2 AS (INSERT INTO ledger_entries"),
+            "{many}"
+        );
+        assert!(many.contains("SELECT $23, endpoint"), "{many}");
+    }
+
+    /// Every list of up to two writes has a code of its own below the
+    /// table's length, and a longer list none (its text is looked up).
+    #[test]
+    fn each_short_list_of_writes_has_its_own_code() {
+        let at = NaiveDateTime::default();
+        let kinds = [event(at), ledger(at)];
+        let mut lists: Vec<Vec<PlannedWrite<'_>>> = vec![Vec::new()];
+        for a in &kinds {
+            lists.push(vec![a.clone()]);
+            for b in &kinds {
+                lists.push(vec![a.clone(), b.clone()]);
+            }
+        }
+        let mut codes: Vec<usize> = lists
+            .iter()
+            .map(|list| shape(list).expect("a code"))
+            .collect();
+        assert_eq!(codes, [0, 1, 4, 7, 2, 5, 8], "the codes the dispatch lists");
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), lists.len(), "one code per list");
+        assert!(codes.iter().all(|&c| c < super::SHAPE_TEXTS.len()));
+        // Two lists of one shape share a code and a text: the values are
+        // all bound.
+        let other = PlannedWrite::Ledger {
+            id: 9,
+            kind: "refund",
+            payment_id: "pay_2".into(),
+            order_id: Some("order_2".into()),
+            amount: 5,
+            currency: "USD".into(),
+            created_at: at,
+        };
+        assert_eq!(shape(&[event(at), other.clone()]), shape(&kinds));
+        let text = |r: String| r[..r.find(" -- binds").expect("binds")].to_owned();
+        assert_eq!(text(rendered(&[event(at), other])), text(rendered(&kinds)));
+        assert_eq!(shape(&[event(at), event(at), event(at)]), None);
+    }
+
+    #[test]
+    fn decimal_writes_every_width() {
+        for n in [0, 7, 10, 99, 100, 12_345, usize::MAX] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string());
+        }
     }
 }

@@ -425,8 +425,9 @@ impl TestApp {
     }
 }
 
-/// What must hold after every test: no effect twice, and no key of the
-/// receiver's own left in progress.
+/// What must hold after every test: no effect twice (no two ledger rows of
+/// one delivery for one payment), and no key of the receiver's own left in
+/// progress.
 async fn check_invariants(store: &Store) -> Result<(), String> {
     #[derive(QueryableByName)]
     struct Dup {
@@ -436,7 +437,7 @@ async fn check_invariants(store: &Store) -> Result<(), String> {
     let mut conn = store.conn().await.map_err(|e| e.to_string())?;
     let doubled: Vec<Dup> = with_conn!(&mut conn, |c| {
             diesel::sql_query(
-                "SELECT COUNT(*) AS n FROM ledger_entries GROUP BY endpoint, delivery_id HAVING COUNT(*) > 1",
+                "SELECT COUNT(*) AS n FROM ledger_entries GROUP BY endpoint, delivery_id, payment_id HAVING COUNT(*) > 1",
             )
             .load(c)
             .await

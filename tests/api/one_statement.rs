@@ -10,6 +10,7 @@ use crate::{both_backends, both_backends_with};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError, Plan};
+use idempotent_receiver::store::PlannedWrite;
 use idempotent_receiver::store::{DbConn, DeliveryRow};
 use idempotent_receiver::with_conn;
 use serde_json::Value;
@@ -214,5 +215,110 @@ both_backends_with!(with_a_refuser_after_payments;
         let next = app.deliver("msg_after", &payment("pay_after", 100)).await;
         assert_eq!(next.status(), 200);
         assert_eq!(answered_ledger_id(&next.bytes().await.unwrap()), first + 1);
+    }
+);
+
+/// Books a fee of 1 beside every event (a charge: the ledger's kinds are
+/// charges and refunds), under an id of its own (-1 down: SQLite gives a new
+/// row the largest id plus one, which a positive id of the fee's would
+/// take from `payments`' next row): a third planned write after `record`'s and `payments`'. A list of
+/// three writes has no marker of its own, so on PostgreSQL its statement is
+/// looked up by its text (`store::one_statement`).
+struct Fee(std::sync::atomic::AtomicI64);
+
+impl Fee {
+    fn next_id(&self) -> i64 {
+        -1 - self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Handler for Fee {
+    async fn handle(
+        &self,
+        event: &Event,
+        conn: &mut DbConn,
+    ) -> Result<Option<Value>, HandlerError> {
+        use idempotent_receiver::store::BoundTimestamp;
+        use idempotent_receiver::store::schema::ledger_entries::dsl;
+        let id = self.next_id();
+        with_conn!(conn, |c| {
+            diesel::insert_into(dsl::ledger_entries)
+                .values((
+                    dsl::id.eq(id),
+                    dsl::endpoint.eq(&event.endpoint),
+                    dsl::delivery_id.eq(&event.delivery_id),
+                    dsl::kind.eq("charge"),
+                    dsl::payment_id.eq(format!("fee_{}", event.delivery_id)),
+                    dsl::amount.eq(1_i64),
+                    dsl::currency.eq("EUR"),
+                    dsl::created_at.eq(BoundTimestamp(event.received_at)),
+                ))
+                .execute(c)
+                .await
+        })
+        .map_err(|e| HandlerError::Failed(Box::new(e)))?;
+        Ok(Some(serde_json::json!({ "fee_id": id })))
+    }
+
+    fn plan<'a>(
+        &'a self,
+        event: &'a Event,
+        _ledger_id: &mut Option<i64>,
+    ) -> Option<Result<Plan<'a>, HandlerError>> {
+        let id = self.next_id();
+        Some(Ok(Plan {
+            write: Some(PlannedWrite::Ledger {
+                id,
+                kind: "charge",
+                payment_id: format!("fee_{}", event.delivery_id).into(),
+                order_id: None,
+                amount: 1,
+                currency: "EUR".into(),
+                created_at: event.received_at,
+            }),
+            answer: Some(serde_json::json!({ "fee_id": id })),
+        }))
+    }
+}
+
+fn with_a_fee_after_payments(builder: TestAppBuilder) -> TestAppBuilder {
+    builder.handler("fee", Fee(0.into()))
+}
+
+both_backends_with!(with_a_fee_after_payments;
+    async fn three_planned_writes_are_each_written_once_with_the_claim(app) {
+        let ids: Vec<String> = (0..16).map(|n| format!("msg_fee_{n}")).collect();
+        let bodies: Vec<Vec<u8>> = ids.iter().map(|id| payment(&format!("pay_{id}"), 100)).collect();
+        let answers = futures_util::future::join_all(
+            ids.iter().zip(&bodies).map(|(id, body)| app.deliver(id, body)),
+        )
+        .await;
+        let mut named = Vec::new();
+        let mut first = None;
+        for (id, answer) in ids.iter().zip(answers) {
+            let status = answer.status();
+            let body = answer.bytes().await.unwrap();
+            assert_eq!(status, 200, "{id}: {}", String::from_utf8_lossy(&body));
+            let answer: Value = serde_json::from_slice(&body).expect("a JSON answer");
+            let fee = answer["effects"]["fee"]["fee_id"].as_i64().unwrap_or_else(|| panic!("no fee in {answer}"));
+            for id_named in [answered_ledger_id(&body), fee] {
+                named.push(LedgerRow { id: id_named, delivery_id: id.clone() });
+            }
+            let (row, _) = stored(app, id).await;
+            assert_eq!(row.response_body.as_deref(), Some(&body[..]), "the stored answer is the one sent");
+            first.get_or_insert(body);
+        }
+        named.sort_by_key(|row| row.id);
+        assert_eq!(ledger(app).await, named, "two rows per delivery, each under the id its answer names");
+        assert_eq!(app.count("events").await, 16);
+
+        // A repeat that meets the row writes nothing and gets the answer.
+        app.store.replay_cache().clear();
+        let again = app.deliver(&ids[0], &bodies[0]).await;
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(Some(again.bytes().await.unwrap()), first);
+        assert_eq!(app.ledger_rows().await, 32);
+        assert_eq!(app.count("events").await, 16);
     }
 );

@@ -55,6 +55,7 @@ pub mod client;
 pub mod client_keys;
 pub mod clock;
 pub mod config;
+pub mod decimal_text;
 pub mod demo;
 pub mod digest_hex;
 pub mod duration_text;

@@ -38,6 +38,7 @@ fn the_leaf_modules_import_nothing_of_the_product() {
     let modules = library_modules(&src);
     let graph = dependencies(&src, &modules);
     for leaf in [
+        "decimal_text",
         "duration_text",
         "environment",
         "log_text",

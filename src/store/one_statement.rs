@@ -19,6 +19,7 @@
 use super::deliveries::{NewClaim, StoredResponse};
 use super::prepared::{FixedStatement, FixedText, Prepared, SqlText};
 use super::{DbConn, StoreError};
+use crate::decimal_text::write_before;
 use chrono::NaiveDateTime;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -167,22 +168,6 @@ macro_rules! binds {
     };
 }
 
-/// `n` in decimal, written into `buf`: the name of a write's `WITH` part
-/// without a `format!` on every pass over the statement.
-fn decimal(mut n: usize, buf: &mut [u8; 20]) -> &str {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // ASCII digits only.
-    std::str::from_utf8(&buf[at..]).unwrap_or_default()
-}
-
 impl QueryFragment<Pg> for ClaimCompleted<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         let claim = self.claim;
@@ -213,7 +198,10 @@ impl QueryFragment<Pg> for ClaimCompleted<'_> {
         out.push_sql(") ON CONFLICT DO NOTHING RETURNING endpoint, delivery_id)");
         for (i, write) in self.writes.iter().enumerate() {
             out.push_sql(", w");
-            out.push_sql(decimal(i, &mut [0; 20]));
+            // Its name, without a `format!` on every pass over the statement.
+            let mut name = [0; 20];
+            let start = write_before(i as u64, 1, &mut name, 20);
+            out.push_sql(std::str::from_utf8(&name[start..]).unwrap_or_default());
             match write {
                 PlannedWrite::Event {
                     event_type,
@@ -269,7 +257,7 @@ impl QueryFragment<Pg> for ClaimCompleted<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{ClaimCompleted, NewClaim, PlannedWrite, decimal, shape};
+    use super::{ClaimCompleted, NewClaim, PlannedWrite, shape};
     use chrono::NaiveDateTime;
     use diesel::pg::Pg;
 
@@ -407,12 +395,5 @@ mod tests {
         let text = |r: String| r[..r.find(" -- binds").expect("binds")].to_owned();
         assert_eq!(text(rendered(&[event(at), other])), text(rendered(&kinds)));
         assert_eq!(shape(&[event(at), event(at), event(at)]), None);
-    }
-
-    #[test]
-    fn decimal_writes_every_width() {
-        for n in [0, 7, 10, 99, 100, 12_345, usize::MAX] {
-            assert_eq!(decimal(n, &mut [0; 20]), n.to_string());
-        }
     }
 }

@@ -16,6 +16,7 @@
 //! the default. A test renders the same events through both and compares
 //! the bytes.
 
+use crate::decimal_text::write_before;
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::thread::LocalKey;
@@ -351,33 +352,19 @@ fn thousandths(value: f64, text: &mut [u8; THOUSANDTHS_LEN]) -> Option<&str> {
     }
     // Below 10^15: exact in an `f64` and in a `u64`.
     let n = scaled as u64;
-    let (mut whole, fraction) = (n / 1000, n % 1000);
+    let (whole, fraction) = (n / 1000, n % 1000);
     // The fraction without its trailing zeros, and how many digits are
     // left; `.0` for none.
-    let (mut fraction, mut fraction_len) = match fraction {
+    let (fraction, fraction_len) = match fraction {
         0 => (0, 1),
         f if f % 100 == 0 => (f / 100, 1),
         f if f % 10 == 0 => (f / 10, 2),
         f => (f, 3),
     };
     // Written from the last digit backwards.
-    let mut end = THOUSANDTHS_LEN;
-    while fraction_len > 0 {
-        end -= 1;
-        text[end] = b'0' + (fraction % 10) as u8;
-        fraction /= 10;
-        fraction_len -= 1;
-    }
-    end -= 1;
-    text[end] = b'.';
-    loop {
-        end -= 1;
-        text[end] = b'0' + (whole % 10) as u8;
-        whole /= 10;
-        if whole == 0 {
-            break;
-        }
-    }
+    let point = write_before(fraction, fraction_len, text, THOUSANDTHS_LEN) - 1;
+    text[point] = b'.';
+    let end = write_before(whole, 1, text, point);
     std::str::from_utf8(&text[end..]).ok()
 }
 

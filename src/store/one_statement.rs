@@ -110,12 +110,17 @@ impl DbConn {
 /// list: `Shape<CODE>` with [`shape`]'s code.
 struct Shape<const CODE: usize>;
 
+/// How many codes [`shape`] gives: below 3².
+const SHAPES: usize = 9;
+
 /// Where each marker's text is kept. A `static` in a generic function is one
 /// for all its instances, hence the table.
-static SHAPE_TEXTS: [SqlText; 9] = [const { SqlText::new() }; 9];
+static SHAPE_TEXTS: [SqlText; SHAPES] = [const { SqlText::new() }; SHAPES];
 
 impl<const CODE: usize> FixedStatement for Shape<CODE> {
     fn text() -> &'static SqlText {
+        // A marker outside the table does not compile.
+        const { assert!(CODE < SHAPES) };
         &SHAPE_TEXTS[CODE]
     }
 }
@@ -379,7 +384,7 @@ mod tests {
         codes.sort_unstable();
         codes.dedup();
         assert_eq!(codes.len(), lists.len(), "one code per list");
-        assert!(codes.iter().all(|&c| c < super::SHAPE_TEXTS.len()));
+        assert!(codes.iter().all(|&c| c < super::SHAPES));
         // Two lists of one shape share a code and a text: the values are
         // all bound.
         let other = PlannedWrite::Ledger {

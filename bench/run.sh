@@ -19,8 +19,9 @@
 # receiver runs at its default log level (RUST_LOG unset: info), as a user
 # runs it; one fresh and one replay per backend are repeated at `warn`
 # (fresh beside a run at info made just before it on the same table).
-# Prints the tables, the CPU split of every run and issue #15's targets
-# with this run's figures. Every run is bounded by DURATION seconds; a
+# Prints the tables, the CPU split of every run, issue #15's targets
+# with this run's figures, and how far the machine's speed drifted over
+# the rounds (PostgreSQL's CPU per minimal transaction, round to round). Every run is bounded by DURATION seconds; a
 # temporary database and folder (and for growth two more databases) are
 # created and removed again.
 #
@@ -245,14 +246,35 @@ PGBENCH=(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION")
 
 # One settled pgbench run with durable commits (`synchronous_commit = on`);
 # prints its tps.
+# When PG_PER_OP names a file, PostgreSQL's CPU per transaction of the run
+# (µs) is appended to it.
 pgbench_run() { # cpu-label url script extra-args...
-  local label=$1 url=$2 script=$3
+  local label=$1 url=$2 script=$3 tps
   shift 3
   settle
   cpu_begin
-  /usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' "${PGBENCH[@]}" "$@" \
-    -f "$script" "$url" 2>&1 | tee -a "$WORK/pgbench.txt" | pgbench_tps
+  tps=$(/usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' "${PGBENCH[@]}" "$@" \
+    -f "$script" "$url" 2>&1 | tee -a "$WORK/pgbench.txt" | pgbench_tps)
   cpu_end "$label" "$WORK/time.pgbench"
+  [ -z "${PG_PER_OP:-}" ] || awk -v t=$((CPU_PG1 - CPU_PG0)) -v hz="$HZ" -v tps="$tps" -v d="$DURATION" \
+    'BEGIN { if (tps > 0) printf "%.0f\n", t / hz * 1e6 / (tps * d) }' >>"$PG_PER_OP"
+  echo "$tps"
+}
+
+# The machine's drift over the rounds, as the fixed baseline saw it:
+# PostgreSQL's CPU per minimal transaction, slowest round ÷ fastest. The
+# rounds take turns so that drift moves both sides of a ratio alike; a
+# large spread says it moved them within a round too (on the README's
+# thirteenth machine it went from 138-160 µs to 181-202 µs within about an
+# hour).
+drift_note() { # file of µs per transaction, one per round
+  [ -s "$1" ] || return 0
+  sort -n "$1" | awk '{ v[NR] = $1 } END {
+      if (NR < 2 || v[1] <= 0) exit
+      spread = v[NR] / v[1]
+      printf "- drift: PostgreSQL'"'"'s CPU per minimal transaction over the %d rounds was %d-%d µs (slowest ÷ fastest %.2f)%s.\n", NR, v[1], v[NR], spread,
+        (spread > 1.25 ? "; above 1.25 the machine'"'"'s speed moved during the run, and its rounds'"'"' ratios compare less well" : "")
+    }' >>"$NOTES"
 }
 
 # A row of the final table.
@@ -522,7 +544,7 @@ EOF
   min_all=() own_all=() rx_all=() rx_min=() rx_own=() own_min=()
   for round in $(seq 1 "$ROUNDS"); do
     say "round $round/$ROUNDS: pgbench minimal, pgbench fresh.sql, receiver fresh ($CONCURRENCY clients, ${DURATION}s each)"
-    tps_min=$(pgbench_run "pgbench minimal, round $round" "$MINIMAL_URL" bench/minimal.sql)
+    tps_min=$(PG_PER_OP=$WORK/minimal-us pgbench_run "pgbench minimal, round $round" "$MINIMAL_URL" bench/minimal.sql)
     row postgres "pgbench minimal exactly-once transaction (tps), round $round" "$tps_min" "—" "—" ""
     tps_own=$(pgbench_run "pgbench fresh.sql, round $round" "$URL" bench/fresh.sql)
     row postgres "pgbench the receiver's fresh SQL (tps), round $round" "$tps_own" "$(ratio "$tps_own" "$tps_min") ÷ minimal" "—" ""
@@ -537,6 +559,7 @@ EOF
   row postgres "**receiver fresh ÷ minimal transaction, median of $ROUNDS rounds** (req/s / tps)" "$fresh_empty / $pg_min" "$PG_FRESH_RATIO" "—" "ratios: ${rx_min[*]}"
   row postgres "**receiver fresh ÷ its own SQL, median** (req/s / tps)" "$fresh_empty / $pg_own" "$(median "${rx_own[@]}")" "—" "ratios: ${rx_own[*]}"
   row postgres "**own SQL ÷ minimal transaction, median** (tps / tps)" "$pg_own / $pg_min" "$(median "${own_min[@]}")" "—" "ratios: ${own_min[*]}"
+  drift_note "$WORK/minimal-us"
 
   # --- replay: the HTTP floor and the receiver take turns, ROUNDS times -----
   # Beside them, pgbench of the primary-key read a replay would make without

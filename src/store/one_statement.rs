@@ -22,11 +22,12 @@ use super::{DbConn, StoreError};
 use crate::decimal_text::write_before;
 use chrono::NaiveDateTime;
 use diesel::pg::Pg;
-use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::QueryResult;
 use diesel::sql_types::{BigInt, Binary, Integer, Nullable, Text, Timestamp};
 use diesel_async::RunQueryDsl;
 use std::borrow::Cow;
+
 /// A write that travels with the claim: a row of one of the tables the
 /// built-in handlers write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,12 +155,6 @@ struct ClaimCompleted<'a> {
     body: &'a [u8],
     location: Option<&'a str>,
     writes: &'a [PlannedWrite<'a>],
-}
-
-impl QueryId for ClaimCompleted<'_> {
-    // Its text varies with its writes: see `Shape`.
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
 }
 
 /// Binds each value, with `", "` between them.

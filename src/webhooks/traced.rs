@@ -4,15 +4,13 @@
 //! `verify` says why a request was refused. Every value taken from the
 //! request is escaped and capped; no secret, header or payload is set.
 
-use super::Answered;
+// `ROUTE`: the route as OpenTelemetry's `http.route` names it, the
+// pattern, never the path.
+use super::{Answered, ROUTE};
 use crate::providers::Rejection;
 use crate::telemetry::traces::{self, KeyValue, capped};
 use actix_web::HttpRequest;
 use tracing::{Span, field};
-
-/// The route as OpenTelemetry's `http.route` names it: the pattern, never
-/// the path.
-use super::ROUTE;
 
 /// The span of one request to `POST /webhooks/{endpoint}`, not yet entered:
 /// a child of the caller's `traceparent` when it sent one.

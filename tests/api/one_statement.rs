@@ -54,16 +54,32 @@ fn answered_ledger_id(body: &[u8]) -> i64 {
         .unwrap_or_else(|| panic!("no ledger id in {answer}"))
 }
 
+/// `count` payments of 100 under the ids `{prefix}0`, `{prefix}1`, ...,
+/// delivered all at once: the ids, the bodies and the answers, in order.
+async fn payments_in_parallel(
+    app: &TestApp,
+    prefix: &str,
+    count: usize,
+) -> (Vec<String>, Vec<Vec<u8>>, Vec<reqwest::Response>) {
+    let ids: Vec<String> = (0..count).map(|n| format!("{prefix}{n}")).collect();
+    let bodies: Vec<Vec<u8>> = ids
+        .iter()
+        .map(|id| payment(&format!("pay_{id}"), 100))
+        .collect();
+    let answers = futures_util::future::join_all(
+        ids.iter()
+            .zip(&bodies)
+            .map(|(id, body)| app.deliver(id, body)),
+    )
+    .await;
+    (ids, bodies, answers)
+}
+
 both_backends!(
     async fn each_answer_names_the_ledger_row_written_with_it_and_the_row_is_completed_once(app) {
         // In parallel, so that the ids drawn ahead are handed to many
         // deliveries at once.
-        let ids: Vec<String> = (0..40).map(|n| format!("msg_one_{n}")).collect();
-        let bodies: Vec<Vec<u8>> = ids.iter().map(|id| payment(&format!("pay_{id}"), 100)).collect();
-        let answers = futures_util::future::join_all(
-            ids.iter().zip(&bodies).map(|(id, body)| app.deliver(id, body)),
-        )
-        .await;
+        let (ids, bodies, answers) = payments_in_parallel(app, "msg_one_", 40).await;
         let mut named = Vec::new();
         for (id, answer) in ids.iter().zip(answers) {
             assert_eq!(answer.status(), 200, "{id}");
@@ -288,12 +304,7 @@ fn with_a_fee_after_payments(builder: TestAppBuilder) -> TestAppBuilder {
 
 both_backends_with!(with_a_fee_after_payments;
     async fn three_planned_writes_are_each_written_once_with_the_claim(app) {
-        let ids: Vec<String> = (0..16).map(|n| format!("msg_fee_{n}")).collect();
-        let bodies: Vec<Vec<u8>> = ids.iter().map(|id| payment(&format!("pay_{id}"), 100)).collect();
-        let answers = futures_util::future::join_all(
-            ids.iter().zip(&bodies).map(|(id, body)| app.deliver(id, body)),
-        )
-        .await;
+        let (ids, bodies, answers) = payments_in_parallel(app, "msg_fee_", 16).await;
         let mut named = Vec::new();
         let mut first = None;
         for (id, answer) in ids.iter().zip(answers) {

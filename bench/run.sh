@@ -513,7 +513,7 @@ psql -q -v ON_ERROR_STOP=1 "$URL" -f bench/minimal-schema.sql >/dev/null
 port=$(( 20000 + $$ % 20000 ))
 nginx_port=$((port + 100))
 # The figures the targets block reads; empty: not measured.
-PG_FRESH_RATIO='' SQLITE_FRESH_RATIO='' REPLAY_RATIO='' GROWTH_RATIO='' NGINX_RPS=''
+PG_FRESH_RATIO='' SQLITE_FRESH_RATIO='' REPLAY_RATIO='' SQLITE_REPLAY_RATIO='' GROWTH_RATIO='' NGINX_RPS=''
 STORM_PG='' STORM_SQLITE='' RSS_PG='' RSS_SQLITE='' GC_RATIO=''
 
 if [ -z "$ONLY" ]; then
@@ -738,7 +738,8 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
   start_server "$sqlite_url" "$port"
   r=$(loadgen sqlite-replay "$sqlite_url" "$port" replay --concurrency "$CONCURRENCY")
   sqlite_replay=$(echo "$r" | field rps)
-  record sqlite "receiver replay" "$r" "${NGINX_RPS:+$(ratio "$sqlite_replay" "$NGINX_RPS") ÷ nginx (median)}"
+  if [ -n "$NGINX_RPS" ]; then SQLITE_REPLAY_RATIO=$(ratio "$sqlite_replay" "$NGINX_RPS"); fi
+  record sqlite "receiver replay" "$r" "${SQLITE_REPLAY_RATIO:+$SQLITE_REPLAY_RATIO ÷ nginx (median)}"
   storm_mixed_rss sqlite sqlite "$sqlite_url"
   STORM_SQLITE=$STORM_CHECK RSS_SQLITE=$RSS
   at_warn sqlite sqlite "$sqlite_url" loop "$sqlite_loop" "$sqlite_replay"
@@ -1077,7 +1078,13 @@ if [ -z "$ONLY" ]; then
   else
     target "SQLite fresh ≥ 1.5 × the one-commit-per-delivery loop" "— (SQLITE=0)" "not measured"
   fi
-  target "replay ≥ 0.8 × the fixed-answer HTTP floor (nginx)" "${REPLAY_RATIO:-—} × on PostgreSQL (median of $ROUNDS rounds)" "$(verdict "$REPLAY_RATIO" ">=" 0.8)"
+  # The verdict is PostgreSQL's, over the rounds that alternate with
+  # nginx; SQLite's one run is beside it, against nginx's median.
+  if [ "$NGINX" = 1 ]; then
+    target "replay ≥ 0.8 × the fixed-answer HTTP floor (nginx)" "${REPLAY_RATIO:-—} × on PostgreSQL (median of $ROUNDS rounds)${SQLITE_REPLAY_RATIO:+; $SQLITE_REPLAY_RATIO × on SQLite (one run)}" "$(verdict "$REPLAY_RATIO" ">=" 0.8)"
+  else
+    target "replay ≥ 0.8 × the fixed-answer HTTP floor (nginx)" "— (NGINX=0: no HTTP floor)" "not measured"
+  fi
   storm_ok=1 storm_fig=
   for s in "postgres:$STORM_PG" "sqlite:$STORM_SQLITE"; do
     [ -n "${s#*:}" ] || continue

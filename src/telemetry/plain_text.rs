@@ -405,11 +405,8 @@ fn utc_text(at: SystemTime) -> Option<[u8; 27]> {
     let mut text = [0; 27];
     text[..19].copy_from_slice(&cached.1);
     text[19..].copy_from_slice(b".000000Z");
-    let mut micros = since.subsec_micros();
-    for digit in text[20..26].iter_mut().rev() {
-        *digit = b'0' + (micros % 10) as u8;
-        micros /= 10;
-    }
+    // Below a million: exactly the six digits between `.` and `Z`.
+    write_before(u64::from(since.subsec_micros()), 6, &mut text, 26);
     Some(text)
 }
 

@@ -21,9 +21,10 @@
 # (fresh beside a run at info made just before it on the same table).
 # Prints the tables, the CPU split of every run, issue #15's targets
 # with this run's figures, and how far the machine's speed drifted over
-# the rounds (PostgreSQL's CPU per minimal transaction, round to round). Every run is bounded by DURATION seconds; a
-# temporary database and folder (and for growth two more databases) are
-# created and removed again.
+# the rounds (PostgreSQL's CPU per minimal transaction, round to round).
+# Every run is bounded by DURATION seconds; a temporary database and
+# folder (and for growth two more databases) are created and removed
+# again.
 #
 #   bench/run.sh                       # defaults below
 #   DURATION=20 CONCURRENCY=32 bench/run.sh

@@ -237,9 +237,10 @@ both_backends_with!(with_a_refuser_after_payments;
 /// Books a fee of 1 beside every event (a charge: the ledger's kinds are
 /// charges and refunds), under an id of its own (-1 down: SQLite gives a new
 /// row the largest id plus one, which a positive id of the fee's would
-/// take from `payments`' next row): a third planned write after `record`'s and `payments`'. A list of
-/// three writes has no marker of its own, so on PostgreSQL its statement is
-/// looked up by its text (`store::one_statement`).
+/// take from `payments`' next row): a third planned write after
+/// `record`'s and `payments`'. A list of three writes has no marker of its
+/// own, so on PostgreSQL its statement is looked up by its text
+/// (`store::one_statement`).
 struct Fee(std::sync::atomic::AtomicI64);
 
 impl Fee {

@@ -198,8 +198,10 @@ cpu_stop() {
   CPU_SERVER1=$(proc_ticks "${CPU_PID:-$SERVER_PID}")
   CPU_PG1=$(pg_ticks)
   # Set for SQLite's fresh runs: the writer thread's ticks over the same
-  # window, in a file, since loadgen runs in a command substitution.
-  [ -z "${WRITER_OF:-}" ] || echo $(($(writer_ticks "$WRITER_OF") - CPU_WRITER0)) >"$WORK/writer.ticks"
+  # window, and the whole server's, in a file, since loadgen runs in a
+  # command substitution.
+  [ -z "${WRITER_OF:-}" ] ||
+    echo "$(($(writer_ticks "$WRITER_OF") - CPU_WRITER0)) $((CPU_SERVER1 - CPU_SERVER0))" >"$WORK/writer.ticks"
 }
 cpu_row() { # label client-ticks
   awk -v label="$1" -v busy=$((CPU_BUSY1 - CPU_BUSY0)) -v idle=$((CPU_IDLE1 - CPU_IDLE0)) \
@@ -672,9 +674,17 @@ group_members() { # port: mean members per COMMIT since the server started
     /^ir_sqlite_commit_group_members_count / { c = $2 }
     END { if (c > 0) printf "%.1f", s / c; else printf "—" }'
 }
-writer_note() { # ticks port: the writer's ticks over loadgen's measured phase
-  awk -v t="$1" -v d="$DURATION" -v hz="$HZ" -v m="$(group_members "$2")" \
-    'BEGIN { printf "writer busy %.0f %%, %s members per COMMIT", 100 * t / (d * hz), m }'
+# The writer's share of the run, and its CPU and the rest of the
+# receiver's (the HTTP workers') per delivery: the writer's is the serial
+# part, which a slower CPU stretches (the README's sixteenth machine).
+writer_note() { # "writer-ticks server-ticks" port result-line
+  local n
+  n=$(echo "$3" | field requests)
+  awk -v t="${1%% *}" -v all="${1##* }" -v n="${n:-0}" -v d="$DURATION" -v hz="$HZ" -v m="$(group_members "$2")" \
+    'BEGIN {
+      printf "writer busy %.0f %%, %s members per COMMIT", 100 * t / (d * hz), m
+      if (n > 0 && all >= t) printf "; writer %.0f µs a delivery, the rest %.0f µs", t / hz * 1e6 / n, (all - t) / hz * 1e6 / n
+    }'
 }
 
 # The loop of the minimal transaction, the receiver with group commit on
@@ -709,7 +719,7 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
     WRITER_OF=$SERVER_PID
     r=$(loadgen "sqlite-fresh-$round" "$sqlite_url" "$port" fresh --concurrency "$CONCURRENCY")
     WRITER_OF=
-    writer=$(writer_note "$(cat "$WORK/writer.ticks" 2>/dev/null || echo 0)" "$port")
+    writer=$(writer_note "$(cat "$WORK/writer.ticks" 2>/dev/null || echo 0 0)" "$port" "$r")
     stop_server
     on=$(echo "$r" | field rps)
     loop_all+=("$loop") on_all+=("$on") on_loop+=("$(ratio "$on" "$loop")")

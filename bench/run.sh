@@ -203,18 +203,25 @@ cpu_stop() {
   [ -z "${WRITER_OF:-}" ] ||
     echo "$(($(writer_ticks "$WRITER_OF") - CPU_WRITER0)) $((CPU_SERVER1 - CPU_SERVER0))" >"$WORK/writer.ticks"
 }
-cpu_row() { # label client-ticks
+# The row's last column is each side's CPU per operation of the run (a
+# delivery, a transaction, a message), in µs, where the caller knows how
+# many there were: what the shares mean in absolute terms, comparable
+# across runs of different rates.
+cpu_row() { # label client-ticks [operations]
   awk -v label="$1" -v busy=$((CPU_BUSY1 - CPU_BUSY0)) -v idle=$((CPU_IDLE1 - CPU_IDLE0)) \
-    -v server=$((CPU_SERVER1 - CPU_SERVER0)) -v pg=$((CPU_PG1 - CPU_PG0)) -v client="$2" 'BEGIN {
+    -v server=$((CPU_SERVER1 - CPU_SERVER0)) -v pg=$((CPU_PG1 - CPU_PG0)) -v client="$2" \
+    -v ops="${3:-0}" -v hz="$HZ" 'function us(t) { return t > 0 ? sprintf("%.1f", t / hz * 1e6 / ops) : "—" }
+    BEGIN {
       all = busy + idle; if (all <= 0) all = 1
       if (pg < 0) pg = 0
       rest = busy - server - client - pg; if (rest < 0) rest = 0
-      printf "| %s | %.0f %% | %.0f %% | %.0f %% | %.0f %% | %.0f %% |\n", label, 100 * pg / all, 100 * server / all, 100 * client / all, 100 * rest / all, 100 * idle / all
+      per = (ops > 0) ? us(pg) " / " us(server) " / " us(client) : "—"
+      printf "| %s | %.0f %% | %.0f %% | %.0f %% | %.0f %% | %.0f %% | %s |\n", label, 100 * pg / all, 100 * server / all, 100 * client / all, 100 * rest / all, 100 * idle / all, per
     }' >>"$CPU"
 }
-cpu_end() { # label client-time-file (/usr/bin/time's "%U %S")
+cpu_end() { # label client-time-file (/usr/bin/time's "%U %S") [operations]
   cpu_stop
-  cpu_row "$1" "$(awk -v hz="$HZ" '{ printf "%d", ($1 + $2) * hz }' "$2" 2>/dev/null || echo 0)"
+  cpu_row "$1" "$(awk -v hz="$HZ" '{ printf "%d", ($1 + $2) * hz }' "$2" 2>/dev/null || echo 0)" "${3:-}"
 }
 
 # Every measured run starts from the same state: fresh statistics and no
@@ -256,9 +263,17 @@ pgbench_run() { # cpu-label url script extra-args...
   shift 3
   settle
   cpu_begin
-  tps=$(/usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' "${PGBENCH[@]}" "$@" \
-    -f "$script" "$url" 2>&1 | tee -a "$WORK/pgbench.txt" | pgbench_tps)
-  cpu_end "$label" "$WORK/time.pgbench"
+  /usr/bin/time -o "$WORK/time.pgbench" -f '%U %S' "${PGBENCH[@]}" "$@" \
+    -f "$script" "$url" >"$WORK/pgbench.last" 2>&1 || {
+    # A failed pgbench stops the bench, as it did when its output went
+    # through a pipe, and shows what it said.
+    cat "$WORK/pgbench.last" >&2
+    exit 1
+  }
+  cat "$WORK/pgbench.last" >>"$WORK/pgbench.txt"
+  tps=$(pgbench_tps <"$WORK/pgbench.last")
+  cpu_end "$label" "$WORK/time.pgbench" \
+    "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.last" | head -n 1)"
   [ -z "${PG_PER_OP:-}" ] || awk -v t=$((CPU_PG1 - CPU_PG0)) -v hz="$HZ" -v tps="$tps" -v d="$DURATION" \
     'BEGIN { if (tps > 0) printf "%.0f\n", t / hz * 1e6 / (tps * d) }' >>"$PG_PER_OP"
   echo "$tps"
@@ -414,7 +429,7 @@ loadgen() { # label database_url (empty: no effect check) port scenario extra-ar
   result=$(grep "^RESULT label=$label " "$WORK/loadgen.out" | tail -n 1)
   ticks=$(echo "$result" | field client_ticks)
   case $ticks in '' | *[!0-9]*) ticks=0 ;; esac
-  cpu_row "${LG_SERVER:-receiver} $label (loadgen)" "$ticks"
+  cpu_row "${LG_SERVER:-receiver} $label (loadgen)" "$ticks" "$(echo "$result" | field requests)"
   echo "$result"
 }
 
@@ -712,7 +727,7 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
     cpu_begin
     l=$(/usr/bin/time -o "$WORK/time.sqliteloop" -f '%U %S' "$SQLITELOOP" --duration "$DURATION" --dir "$WORK" \
       --label "sqlite-loop-$round" | tee -a "$WORK/sqliteloop.txt" | grep '^RESULT ')
-    cpu_end "sqliteloop, round $round" "$WORK/time.sqliteloop"
+    cpu_end "sqliteloop, round $round" "$WORK/time.sqliteloop" "$(echo "$l" | field transactions)"
     loop=$(echo "$l" | field tps)
     row sqlite "sqliteloop: the minimal transaction, one durable commit each (tps), round $round" "$loop" "—" "$(lat "$l")" "check $(echo "$l" | field check)"
     start_server "$sqlite_url" "$port"
@@ -1017,7 +1032,7 @@ $publisher"
   cpu_begin
   base=$(/usr/bin/time -o "$WORK/time.baseline" -f '%U %S' "$OUTBOXBENCH" baseline --broker "$b" --name "${name}base" \
     --messages "$backlog" --in-flight "$OUTBOX_IN_FLIGHT" --size "$size" | tee -a "$WORK/outboxbench.txt" | grep '^RESULT ')
-  cpu_end "outboxbench baseline $b ($backlog msgs)" "$WORK/time.baseline"
+  cpu_end "outboxbench baseline $b ($backlog msgs)" "$WORK/time.baseline" "$backlog"
   "$OUTBOXBENCH" cleanup --broker "$b" --name "${name}base" >/dev/null
   base_rate=$(echo "$base" | field rate)
   orow "$backend" "$b" "broker baseline: $backlog publishes of $size B, $OUTBOX_IN_FLIGHT in flight, each confirmed (msgs/s)" \
@@ -1034,7 +1049,7 @@ $publisher"
   SERVER_ENDPOINTS=
   wait_all_sent "$backend" "$url" "$ep_out"
   wall=$(awk -v s="$started" -v now="$(date +%s.%N)" 'BEGIN { printf "%.1f", now - s }')
-  cpu_end "relay $backend $b ($backlog rows, 1 process)" "$WORK/time.none"
+  cpu_end "relay $backend $b ($backlog rows, 1 process)" "$WORK/time.none" "$backlog"
   stop_server
   read -r sent span < <(oq "$backend" "$url" "SELECT count(*), $(span_sql "$backend" sent_at) FROM outbox WHERE endpoint = '$ep_out' AND state = 'sent'" | tr '|' ' ')
   rate=$(awk -v n="$sent" -v s="$span" 'BEGIN { printf "%.0f", (n - 1) / (s > 0 ? s : 1e-9) }')
@@ -1124,10 +1139,10 @@ if [ -s "$RESULTS" ]; then
   cat "$RESULTS"
 fi
 echo
-echo "Where the CPU went (share of both cores; \"server\" is the receiver, or nginx's master and workers in nginx's runs; \"rest\" is anything else that ran):"
+echo "Where the CPU went (share of both cores; \"server\" is the receiver, or nginx's master and workers in nginx's runs; \"rest\" is anything else that ran; the last column divides each side's CPU by the run's deliveries, transactions or messages):"
 echo
-echo "| run | PostgreSQL | server | client | rest | idle |"
-echo "|---|---|---|---|---|---|"
+echo "| run | PostgreSQL | server | client | rest | idle | µs an operation: PostgreSQL / server / client |"
+echo "|---|---|---|---|---|---|---|"
 cat "$CPU"
 if [ "$QUEUE" != 0 ]; then
   echo

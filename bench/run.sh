@@ -259,7 +259,7 @@ PGBENCH=(pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION")
 # When PG_PER_OP names a file, PostgreSQL's CPU per transaction of the run
 # (µs) is appended to it.
 pgbench_run() { # cpu-label url script extra-args...
-  local label=$1 url=$2 script=$3 tps
+  local label=$1 url=$2 script=$3 tps processed
   shift 3
   settle
   cpu_begin
@@ -272,10 +272,11 @@ pgbench_run() { # cpu-label url script extra-args...
   }
   cat "$WORK/pgbench.last" >>"$WORK/pgbench.txt"
   tps=$(pgbench_tps <"$WORK/pgbench.last")
-  cpu_end "$label" "$WORK/time.pgbench" \
-    "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.last" | head -n 1)"
-  [ -z "${PG_PER_OP:-}" ] || awk -v t=$((CPU_PG1 - CPU_PG0)) -v hz="$HZ" -v tps="$tps" -v d="$DURATION" \
-    'BEGIN { if (tps > 0) printf "%.0f\n", t / hz * 1e6 / (tps * d) }' >>"$PG_PER_OP"
+  processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$WORK/pgbench.last" | head -n 1)
+  cpu_end "$label" "$WORK/time.pgbench" "$processed"
+  # The same transactions the CPU table's per-operation column divides by.
+  [ -z "${PG_PER_OP:-}" ] || awk -v t=$((CPU_PG1 - CPU_PG0)) -v hz="$HZ" -v n="${processed:-0}" \
+    'BEGIN { if (n > 0) printf "%.0f\n", t / hz * 1e6 / n }' >>"$PG_PER_OP"
   echo "$tps"
 }
 

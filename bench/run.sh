@@ -32,7 +32,7 @@
 #   QUEUE=only bench/run.sh            # only the queued-mode section
 #   OUTBOX=only bench/run.sh           # only the outbox section (brokers)
 #   DURATION=3 ROUNDS=1 QUEUE=0 OUTBOX=0 bench/run.sh   # a quick look
-#   FEATURES=jemalloc bench/run.sh     # the receiver built with jemalloc
+#   ALLOCATOR=system bench/run.sh      # the receiver built with glibc's allocator
 #
 # Environment: PG (base URL, default postgres://root@127.0.0.1:5432),
 # DURATION (s, default 10), CONCURRENCY (default 16), STORM_COPIES (64),
@@ -46,8 +46,10 @@
 # = not, only = nothing else), OUTBOX_BROKERS (default "nats rabbitmq
 # redis"), OUTBOX_RATE (the end-to-end run's steady req/s, default 200),
 # OUTBOX_IN_FLIGHT (the baseline's publications in flight, default 256 = the
-# relay's 4 batches of 64), FEATURES (cargo features of the receiver's
-# build, e.g. jemalloc; one feature), and CARGO_TARGET_DIR as cargo reads it.
+# relay's 4 batches of 64), FEATURES (more cargo features of the receiver's
+# build; one feature), ALLOCATOR (system: built without the default features,
+# so with the system's allocator instead of jemalloc), and CARGO_TARGET_DIR
+# as cargo reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,7 +88,13 @@ SQLITE3=$(command -v sqlite3 || true)
 
 # The receiver, the load generator and the SQLite loop (bench/loadgen, a
 # workspace member that is not published).
-cargo build --release --quiet ${FEATURES:+--features "idempotent-receiver/$FEATURES"} --bin idempotent-receiver --bin loadgen --bin outboxbench --bin sqliteloop
+NO_DEFAULT=
+case "${ALLOCATOR:-}" in
+  "" | jemalloc) ;;
+  system) NO_DEFAULT=--no-default-features ;;
+  *) echo "ALLOCATOR is jemalloc (the default) or system, not $ALLOCATOR" >&2; exit 1 ;;
+esac
+cargo build --release --quiet $NO_DEFAULT ${FEATURES:+--features "idempotent-receiver/$FEATURES"} --bin idempotent-receiver --bin loadgen --bin outboxbench --bin sqliteloop
 BIN=$TARGET/release/idempotent-receiver
 echo "receiver: $("$BIN" --version)" >&2
 LOADGEN=$TARGET/release/loadgen

@@ -26,8 +26,11 @@ use std::process::ExitCode;
 /// What the environment sets, for `--help`. The flags show their own
 /// variable too; `IR_DATA_DIR`, `IR_ADMIN_TOKENS` and `IR_METRICS_TOKEN` (a
 /// token belongs on no command line), the OpenTelemetry variables and
-/// `RUST_LOG` have no flag, so this is where they are named.
-const ENVIRONMENT: &str = "\
+/// `RUST_LOG` have no flag, nor has the allocator's `_RJEM_MALLOC_CONF`, so
+/// this is where they are named.
+macro_rules! environment {
+    ($allocator:literal) => {
+        concat!("\
 Environment:
   DATABASE_URL     the database, as --database-url (a flag wins over it, it wins over the file)
   IR_CONFIG        the configuration file, as --config
@@ -37,7 +40,16 @@ Environment:
   IR_METRICS_TOKEN the bearer token GET /metrics asks for, instead of the file's metrics_token
   OTEL_EXPORTER_OTLP_ENDPOINT  where serve exports traces (OTLP/HTTP base URL), instead of the file's otlp_endpoint
   OTEL_SERVICE_NAME            the traces' service.name (default: idempotent-receiver)
-  RUST_LOG         the log level (default: info)";
+  RUST_LOG         the log level (default: info)", $allocator)
+    };
+}
+#[cfg(feature = "jemalloc")]
+const ENVIRONMENT: &str = environment!(
+    "
+  _RJEM_MALLOC_CONF  jemalloc's options, over the compiled-in narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0"
+);
+#[cfg(not(feature = "jemalloc"))]
+const ENVIRONMENT: &str = environment!("");
 
 /// `--version`: the release and the allocator the binary was built with, so
 /// that a report or a benchmark says which build it ran.

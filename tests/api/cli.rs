@@ -725,18 +725,12 @@ fn the_readme_provider_table_is_what_the_providers_command_prints() {
 
 /// `--version` names the allocator the binary was built with, and it is
 /// the one that runs: jemalloc, asked through its own environment variable
-/// to print its statistics at exit, answers only in a `--features jemalloc`
-/// build.
+/// to print its statistics at exit, answers only in a build with the
+/// `jemalloc` feature (the default), and runs with the options compiled
+/// into the binary (src/main.rs).
 #[test]
 fn version_names_the_allocator_that_runs() {
-    let output = Command::new(BIN)
-        .arg("--version")
-        .env("_RJEM_MALLOC_CONF", "stats_print:true")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (stdout, stderr) = version_with_allocator_options("stats_print:true");
     let allocator = if cfg!(feature = "jemalloc") {
         "jemalloc"
     } else {
@@ -754,4 +748,39 @@ fn version_names_the_allocator_that_runs() {
         cfg!(feature = "jemalloc"),
         "{stderr}"
     );
+    if cfg!(feature = "jemalloc") {
+        for option in [
+            "opt.narenas: 1\n",
+            "opt.dirty_decay_ms: 200 ",
+            "opt.muzzy_decay_ms: 0 ",
+        ] {
+            assert!(stderr.contains(option), "{option:?} in {stderr}");
+        }
+    }
+}
+
+/// The environment's `_RJEM_MALLOC_CONF` is read after the compiled-in
+/// options, so an operator can change one of them without a rebuild.
+#[cfg(feature = "jemalloc")]
+#[test]
+fn the_environment_overrides_the_compiled_in_allocator_options() {
+    let (_, stderr) = version_with_allocator_options("stats_print:true,narenas:3");
+    assert!(stderr.contains("opt.narenas: 3\n"), "{stderr}");
+    // The others are still the compiled-in ones.
+    assert!(stderr.contains("opt.dirty_decay_ms: 200 "), "{stderr}");
+}
+
+/// `--version`'s stdout and stderr, run with `_RJEM_MALLOC_CONF` set to
+/// `options` (which a system-allocator build ignores).
+fn version_with_allocator_options(options: &str) -> (String, String) {
+    let output = Command::new(BIN)
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", options)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }

@@ -46,10 +46,10 @@
 # = not, only = nothing else), OUTBOX_BROKERS (default "nats rabbitmq
 # redis"), OUTBOX_RATE (the end-to-end run's steady req/s, default 200),
 # OUTBOX_IN_FLIGHT (the baseline's publications in flight, default 256 = the
-# relay's 4 batches of 64), FEATURES (more cargo features of the receiver's
-# build; one feature), ALLOCATOR (system: built without the default features,
-# so with the system's allocator instead of jemalloc), and CARGO_TARGET_DIR
-# as cargo reads it.
+# relay's 4 batches of 64), ALLOCATOR (system: built without the default
+# features, so with the system's allocator instead of jemalloc; jemalloc,
+# the default, was the one other feature), and CARGO_TARGET_DIR as cargo
+# reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,7 +94,7 @@ case "${ALLOCATOR:-}" in
   system) NO_DEFAULT=--no-default-features ;;
   *) echo "ALLOCATOR is jemalloc (the default) or system, not $ALLOCATOR" >&2; exit 1 ;;
 esac
-cargo build --release --quiet $NO_DEFAULT ${FEATURES:+--features "idempotent-receiver/$FEATURES"} --bin idempotent-receiver --bin loadgen --bin outboxbench --bin sqliteloop
+cargo build --release --quiet $NO_DEFAULT --bin idempotent-receiver --bin loadgen --bin outboxbench --bin sqliteloop
 BIN=$TARGET/release/idempotent-receiver
 echo "receiver: $("$BIN" --version)" >&2
 LOADGEN=$TARGET/release/loadgen

@@ -1,6 +1,15 @@
 //! The `idempotent-receiver` command: the commands themselves live in
 //! `cli/`, one module each; this is only the process edge.
 
+/// jemalloc's compiled-in options (see `MALLOC_CONF`), as a literal so that
+/// `--help` (cli) names the very string the binary runs with.
+#[cfg(feature = "jemalloc")]
+macro_rules! jemalloc_options {
+    () => {
+        "narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0"
+    };
+}
+
 mod cli;
 
 // jemalloc by default: a sixth less CPU per PostgreSQL delivery than
@@ -22,8 +31,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// want more arenas: `_RJEM_MALLOC_CONF=narenas:8`.
 #[cfg(feature = "jemalloc")]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static MALLOC_CONF: MallocConf =
-    MallocConf(c"narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0".as_ptr());
+static MALLOC_CONF: MallocConf = MallocConf(concat!(jemalloc_options!(), "\0").as_ptr().cast());
 
 /// The `const char *` jemalloc reads its compiled-in options from (its
 /// `malloc_conf`, prefixed `_rjem_` in tikv-jemalloc-sys's build, and weak
@@ -32,7 +40,8 @@ static MALLOC_CONF: MallocConf =
 #[repr(transparent)]
 struct MallocConf(*const std::ffi::c_char);
 
-// Safety: the pointer is to a `'static` C string literal, never written.
+// Safety: the pointer is to a `'static` NUL-terminated literal, never
+// written.
 #[cfg(feature = "jemalloc")]
 unsafe impl Sync for MallocConf {}
 

@@ -29,7 +29,7 @@ use std::process::ExitCode;
 /// `RUST_LOG` have no flag, nor has the allocator's `_RJEM_MALLOC_CONF`, so
 /// this is where they are named.
 macro_rules! environment {
-    ($allocator:literal) => {
+    ($allocator:expr) => {
         concat!("\
 Environment:
   DATABASE_URL     the database, as --database-url (a flag wins over it, it wins over the file)
@@ -44,10 +44,11 @@ Environment:
     };
 }
 #[cfg(feature = "jemalloc")]
-const ENVIRONMENT: &str = environment!(
+const ENVIRONMENT: &str = environment!(concat!(
     "
-  _RJEM_MALLOC_CONF  jemalloc's options, over the compiled-in narenas:1,dirty_decay_ms:200,muzzy_decay_ms:0"
-);
+  _RJEM_MALLOC_CONF  jemalloc's options, over the compiled-in ",
+    jemalloc_options!()
+));
 #[cfg(not(feature = "jemalloc"))]
 const ENVIRONMENT: &str = environment!("");
 

@@ -63,9 +63,12 @@ pub fn store_options(settings: &Settings) -> StoreOptions {
         pool_size: settings.pool_size,
         lock_wait: settings.in_progress_wait,
         group_commit: settings.group_commit.clone(),
+        postgres_group_commit: settings.postgres_group_commit.clone(),
         group_commit_metrics: GroupCommitMetrics {
             committed: telemetry::metrics::sqlite_group_committed,
             rolled_back: telemetry::metrics::sqlite_group_rolled_back,
+            postgres_committed: telemetry::metrics::postgres_batch_committed,
+            postgres_failed: telemetry::metrics::postgres_batch_failed,
         },
         replay_cache: ReplayCacheOptions {
             bytes: settings.replay_cache_bytes,

@@ -27,7 +27,9 @@ use crate::environment::{Env, process_env};
 use crate::handlers::ForwarderSettings;
 use crate::maintenance::{PurgeSettings, RelaySettings, RetentionPolicy};
 use crate::publishers::PublisherSettings;
-use crate::store::{DatabaseUrl, GroupCommitOptions, ReplayCacheOptions, StoreOptions};
+use crate::store::{
+    DatabaseUrl, GroupCommitOptions, PgGroupCommitOptions, ReplayCacheOptions, StoreOptions,
+};
 use crate::telemetry::metrics::MetricsSettings;
 use crate::telemetry::traces::TraceSettings;
 use crate::webhooks::EndpointSettings;
@@ -62,6 +64,9 @@ pub struct Settings {
     /// `sqlite_group_commit_wait` (how long a group stays open) and
     /// `sqlite_group_commit_linger` (how long it waits for company).
     pub group_commit: GroupCommitOptions,
+    /// PostgreSQL's group commit: `postgres_group_commit` and
+    /// `postgres_group_commit_max` (fresh deliveries per statement).
+    pub postgres_group_commit: PgGroupCommitOptions,
     /// The in-process cache of completed keys: its byte budget (0: off)...
     pub replay_cache_bytes: u64,
     /// ...and how long an entry may be served before it is read again.
@@ -119,6 +124,8 @@ struct RawSettings {
     sqlite_group_commit_max: Option<usize>,
     sqlite_group_commit_wait: Option<String>,
     sqlite_group_commit_linger: Option<String>,
+    postgres_group_commit: Option<bool>,
+    postgres_group_commit_max: Option<usize>,
     replay_cache_bytes: Option<u64>,
     replay_cache_ttl: Option<String>,
     replay_count_interval: Option<String>,
@@ -171,6 +178,24 @@ fn group_commit(raw: &RawSettings, source: Source<'_>) -> Result<GroupCommitOpti
     };
     if options.max_members == 0 || options.max_members > 10_000 {
         return Err(source.invalid("sqlite_group_commit_max", "expected 1 to 10000"));
+    }
+    Ok(options)
+}
+
+/// `postgres_group_commit` and `postgres_group_commit_max`.
+fn postgres_group_commit(
+    raw: &RawSettings,
+    source: Source<'_>,
+) -> Result<PgGroupCommitOptions, ConfigError> {
+    let defaults = PgGroupCommitOptions::default();
+    let options = PgGroupCommitOptions {
+        enabled: raw.postgres_group_commit.unwrap_or(defaults.enabled),
+        max_members: raw
+            .postgres_group_commit_max
+            .unwrap_or(defaults.max_members),
+    };
+    if options.max_members == 0 || options.max_members > 1_000 {
+        return Err(source.invalid("postgres_group_commit_max", "expected 1 to 1000"));
     }
     Ok(options)
 }
@@ -247,6 +272,7 @@ impl Settings {
 
         let relay = relay(&raw, source)?;
         let group_commit = group_commit(&raw, source)?;
+        let postgres_group_commit = postgres_group_commit(&raw, source)?;
         let data_dir = env("IR_DATA_DIR")
             .map(PathBuf::from)
             .or(raw.data_dir)
@@ -343,6 +369,7 @@ impl Settings {
             )?,
             pool_size: raw.pool_size.unwrap_or(store.pool_size),
             group_commit,
+            postgres_group_commit,
             replay_cache_bytes: raw.replay_cache_bytes.unwrap_or(replay_cache.bytes),
             replay_cache_ttl: source.duration(
                 "replay_cache_ttl",

@@ -11,6 +11,7 @@ use diesel_async::RunQueryDsl;
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 /// Records every verified event (type and payload), so that operators can see
 /// what was processed.
@@ -52,7 +53,7 @@ impl Handler for Record {
         // The row `upsert` writes, replacing an earlier run's the same way.
         Some(Ok(Plan {
             write: Some(PlannedWrite::Event {
-                event_type: event.event_type.as_deref(),
+                event_type: event.event_type.as_deref().map(Cow::Borrowed),
                 payload: String::from_utf8_lossy(&event.raw),
                 recorded_at: event.received_at,
             }),

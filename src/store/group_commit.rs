@@ -65,6 +65,11 @@ pub struct GroupCommitMetrics {
     pub committed: fn(usize),
     /// A group was rolled back as a whole.
     pub rolled_back: fn(),
+    /// One PostgreSQL statement committed this many fresh deliveries
+    /// (see `claim_batcher`)...
+    pub postgres_committed: fn(usize),
+    /// ...or a batch failed, and its members each went alone.
+    pub postgres_failed: fn(),
 }
 
 impl Default for GroupCommitMetrics {
@@ -72,6 +77,8 @@ impl Default for GroupCommitMetrics {
         GroupCommitMetrics {
             committed: |_| {},
             rolled_back: || {},
+            postgres_committed: |_| {},
+            postgres_failed: || {},
         }
     }
 }

@@ -4,6 +4,8 @@
 //! arm per backend so that it is compiled for both.
 
 mod bound_timestamp;
+mod claim_batch;
+mod claim_batcher;
 mod deliveries;
 mod effects;
 mod error;
@@ -36,6 +38,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use bound_timestamp::BoundTimestamp;
+pub use claim_batch::BatchMember;
+pub use claim_batcher::{Batched, PgGroupCommitOptions};
 pub use deliveries::{COMPLETED, Claimed, DeliveryRow, IN_PROGRESS, NewClaim, StoredResponse};
 pub use effects::{CreatedPayment, Effects, LedgerEntry, RecordedEvent, RelatedDelivery};
 pub use error::StoreError;
@@ -126,6 +130,9 @@ struct Shared {
     clock: SharedClock,
     /// Ledger ids drawn ahead for one-statement deliveries (PostgreSQL).
     ledger_ids: ledger_ids::LedgerIds,
+    /// PostgreSQL's group commit: fresh deliveries batched into one
+    /// statement (see [`claim_batcher`]); none on SQLite or when off.
+    claim_batcher: Option<claim_batcher::ClaimBatcher>,
 }
 
 /// Which backend a [`Store`] talks to.
@@ -289,6 +296,17 @@ impl Store {
     }
 
     /// A ledger id drawn ahead and not used yet, if there is one.
+    /// PostgreSQL's batches of fresh deliveries, where they are on.
+    fn claim_batcher(&self) -> Option<&claim_batcher::ClaimBatcher> {
+        self.shared.claim_batcher.as_ref()
+    }
+
+    /// Whether fresh deliveries that plan go in batches
+    /// ([`Store::claim_completed_batched`]).
+    pub fn batches_claims(&self) -> bool {
+        self.shared.claim_batcher.is_some()
+    }
+
     pub fn spare_ledger_id(&self) -> Option<i64> {
         self.shared.ledger_ids.spare()
     }

@@ -34,7 +34,7 @@ use std::borrow::Cow;
 pub enum PlannedWrite<'a> {
     /// `record`'s row in `events`, replacing an earlier run's.
     Event {
-        event_type: Option<&'a str>,
+        event_type: Option<Cow<'a, str>>,
         payload: Cow<'a, str>,
         recorded_at: NaiveDateTime,
     },
@@ -57,6 +57,40 @@ impl PlannedWrite<'_> {
         match self {
             PlannedWrite::Ledger { id, .. } => Some(*id),
             PlannedWrite::Event { .. } => None,
+        }
+    }
+
+    /// The same write, owning its values: for a batch that outlives the
+    /// request it was planned from (see `claim_batch`).
+    pub fn to_owned_write(&self) -> PlannedWrite<'static> {
+        let own = |text: &Cow<'_, str>| Cow::Owned(text.clone().into_owned());
+        match self {
+            PlannedWrite::Event {
+                event_type,
+                payload,
+                recorded_at,
+            } => PlannedWrite::Event {
+                event_type: event_type.as_ref().map(own),
+                payload: own(payload),
+                recorded_at: *recorded_at,
+            },
+            PlannedWrite::Ledger {
+                id,
+                kind,
+                payment_id,
+                order_id,
+                amount,
+                currency,
+                created_at,
+            } => PlannedWrite::Ledger {
+                id: *id,
+                kind,
+                payment_id: own(payment_id),
+                order_id: order_id.as_ref().map(own),
+                amount: *amount,
+                currency: own(currency),
+                created_at: *created_at,
+            },
         }
     }
 }

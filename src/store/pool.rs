@@ -1,3 +1,4 @@
+use super::claim_batcher::{ClaimBatcher, PgGroupCommitOptions};
 use super::group_commit::{GroupCommitMetrics, GroupCommitOptions, WriteGate};
 use super::lanes::{self, Lanes};
 use super::statement_ledger;
@@ -95,7 +96,10 @@ pub struct StoreOptions {
     pub replay_cache: ReplayCacheOptions,
     /// How SQLite's writers share their commits (ignored on PostgreSQL)...
     pub group_commit: GroupCommitOptions,
-    /// ...and where they are reported.
+    /// ...how PostgreSQL's fresh deliveries share their statements (ignored
+    /// on SQLite)...
+    pub postgres_group_commit: PgGroupCommitOptions,
+    /// ...and where both are reported.
     pub group_commit_metrics: GroupCommitMetrics,
     /// Where the store, and the engine above it, read "now".
     pub clock: SharedClock,
@@ -113,6 +117,7 @@ impl Default for StoreOptions {
             statement_timeout: Duration::from_secs(30),
             replay_cache: ReplayCacheOptions::default(),
             group_commit: GroupCommitOptions::default(),
+            postgres_group_commit: PgGroupCommitOptions::default(),
             group_commit_metrics: GroupCommitMetrics::default(),
             clock: crate::clock::system(),
         }
@@ -207,6 +212,14 @@ impl Store {
                 options.group_commit_metrics,
             ))
         });
+        let claim_batcher =
+            (matches!(pools, Pools::Pg(_)) && options.postgres_group_commit.enabled).then(|| {
+                ClaimBatcher::new(
+                    &options.postgres_group_commit,
+                    options.group_commit_metrics.postgres_committed,
+                    options.group_commit_metrics.postgres_failed,
+                )
+            });
         Ok(Store {
             pools,
             shared: Arc::new(Shared {
@@ -214,6 +227,7 @@ impl Store {
                 replays: ReplayCache::new(&options.replay_cache, options.clock.clone()),
                 clock: options.clock.clone(),
                 ledger_ids: Default::default(),
+                claim_batcher,
                 // The same cap on blocking threads as the HTTP workers'
                 // (`startup`): one per pooled connection, and a few more.
                 writer: write_gate

@@ -45,6 +45,8 @@ pub const CLIENT_KEY_REQUESTS: &str = "ir_client_key_requests_total";
 pub const HTTP_REQUESTS: &str = "ir_http_requests_total";
 pub const SQLITE_GROUP_MEMBERS: &str = "ir_sqlite_commit_group_members";
 pub const SQLITE_GROUPS_ROLLED_BACK: &str = "ir_sqlite_commit_groups_rolled_back_total";
+pub const POSTGRES_BATCH_MEMBERS: &str = "ir_postgres_commit_batch_members";
+pub const POSTGRES_BATCHES_FAILED: &str = "ir_postgres_commit_batches_failed_total";
 pub const POOL_MAX_SIZE: &str = "ir_db_pool_max_size";
 pub const POOL_SIZE: &str = "ir_db_pool_size";
 pub const POOL_AVAILABLE: &str = "ir_db_pool_available";
@@ -139,6 +141,12 @@ pub fn install() -> PrometheusHandle {
                 .and_then(|builder| {
                     builder.set_buckets_for_metric(
                         Matcher::Full(SQLITE_GROUP_MEMBERS.to_owned()),
+                        GROUP_MEMBER_BUCKETS,
+                    )
+                })
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full(POSTGRES_BATCH_MEMBERS.to_owned()),
                         GROUP_MEMBER_BUCKETS,
                     )
                 })
@@ -245,6 +253,14 @@ fn describe() {
     describe_counter!(
         SQLITE_GROUPS_ROLLED_BACK,
         "SQLite commit groups rolled back as a whole (a failed COMMIT or savepoint, a member dropped mid-transaction); each member answered an error."
+    );
+    describe_histogram!(
+        POSTGRES_BATCH_MEMBERS,
+        "Fresh deliveries committed by one PostgreSQL statement (group commit): members per committed batch."
+    );
+    describe_counter!(
+        POSTGRES_BATCHES_FAILED,
+        "PostgreSQL batches of fresh deliveries that failed as a whole; each member then sent its own statement."
     );
     describe_gauge!(POOL_MAX_SIZE, "The database pool's maximum size.");
     describe_gauge!(
@@ -537,6 +553,8 @@ struct Handles {
     lease_takeovers: Counter,
     group_members: Histogram,
     groups_rolled_back: Counter,
+    batch_members: Histogram,
+    batches_failed: Counter,
     purged_completed: Counter,
     purged_abandoned: Counter,
     reconciled: Made<&'static str, Counter>,
@@ -558,6 +576,8 @@ impl Handles {
             lease_takeovers: ::metrics::counter!(LEASE_TAKEOVERS),
             group_members: ::metrics::histogram!(SQLITE_GROUP_MEMBERS),
             groups_rolled_back: ::metrics::counter!(SQLITE_GROUPS_ROLLED_BACK),
+            batch_members: ::metrics::histogram!(POSTGRES_BATCH_MEMBERS),
+            batches_failed: ::metrics::counter!(POSTGRES_BATCHES_FAILED),
             purged_completed: ::metrics::counter!(PURGE_DELETED, "kind" => "completed"),
             purged_abandoned: ::metrics::counter!(PURGE_DELETED, "kind" => "abandoned"),
             reconciled: Made::default(),
@@ -681,6 +701,20 @@ pub fn sqlite_group_committed(members: usize) {
 pub fn sqlite_group_rolled_back() {
     if let Some(h) = handles() {
         h.groups_rolled_back.increment(1);
+    }
+}
+
+/// One PostgreSQL statement committed `members` fresh deliveries.
+pub fn postgres_batch_committed(members: usize) {
+    if let Some(h) = handles() {
+        h.batch_members.record(members as f64);
+    }
+}
+
+/// A PostgreSQL batch of fresh deliveries failed; each member went alone.
+pub fn postgres_batch_failed() {
+    if let Some(h) = handles() {
+        h.batches_failed.increment(1);
     }
 }
 

@@ -135,7 +135,13 @@ fn statement_shape(sql: &str) -> String {
             None => match rest.split_once(") SELECT ") {
                 Some((inserted, selected)) => {
                     let from = selected.split_once(" FROM ").map_or("", |(_, from)| from);
-                    let (source, rest) = from.split_once(' ').unwrap_or((from, ""));
+                    let (source, rest) = match from.starts_with("unnest(") {
+                        true => unnest_source(from),
+                        false => {
+                            let (source, rest) = from.split_once(' ').unwrap_or((from, ""));
+                            (source.to_owned(), rest)
+                        }
+                    };
                     (inserted, format!(" FROM {source}"), rest)
                 }
                 None => (rest, String::new(), ""),
@@ -165,6 +171,33 @@ fn statement_shape(sql: &str) -> String {
     } else {
         head.to_owned()
     }
+}
+
+/// A batch's source, `unnest(arrays) AS alias (columns)`, then perhaps
+/// `JOIN part ON condition`: its alias, columns and joined part, without
+/// the arrays (values: the bench writes them as literals) or the join's
+/// condition; and what follows it.
+fn unnest_source(from: &str) -> (String, &str) {
+    let after = &from[(closing_paren(from) + 1).min(from.len())..];
+    let Some((alias, listed)) = after
+        .strip_prefix(" AS ")
+        .and_then(|rest| rest.split_once(" ("))
+    else {
+        return ("unnest".to_owned(), after);
+    };
+    let closing = closing_paren(&format!("({listed}")).saturating_sub(1);
+    let (listed, mut rest) = listed.split_at(closing.min(listed.len()));
+    rest = rest.strip_prefix(')').unwrap_or(rest);
+    let mut source = format!("unnest AS {alias} ({})", listed.trim());
+    if let Some(joined) = rest.strip_prefix(" JOIN ") {
+        let (part, condition) = joined.split_once(" ON ").unwrap_or((joined, ""));
+        source.push_str(&format!(" JOIN {part}"));
+        rest = match condition.find(" ON CONFLICT") {
+            Some(at) => &condition[at..],
+            None => "",
+        };
+    }
+    (source, rest)
 }
 
 /// `text` split at the commas outside quotes and parentheses.

@@ -45,6 +45,7 @@ mod outage;
 mod outbox;
 mod outbox_brokers;
 mod payment_requests;
+mod pg_group_commit;
 mod pipeline;
 mod pool_lanes;
 mod pool_start_up;

@@ -306,3 +306,32 @@ fn sqlite_group_commit_is_on_by_default_and_can_be_switched_off_or_bounded() {
         .to_string();
     assert!(error.contains("sqlite_group_commit_max"), "{error}");
 }
+
+#[test]
+fn postgres_group_commit_is_on_by_default_and_can_be_switched_off_or_bounded() {
+    let defaults = parse("").unwrap();
+    assert_eq!(
+        defaults.postgres_group_commit,
+        crate::store::PgGroupCommitOptions::default()
+    );
+    assert!(defaults.postgres_group_commit.enabled);
+    assert_eq!(defaults.postgres_group_commit.max_members, 64);
+    assert_eq!(
+        crate::startup::store_options(&defaults).postgres_group_commit,
+        defaults.postgres_group_commit,
+        "the store gets the settings"
+    );
+
+    let off = parse("postgres_group_commit = false").unwrap();
+    assert!(!off.postgres_group_commit.enabled);
+    let bounded = parse("postgres_group_commit_max = 8").unwrap();
+    assert_eq!(bounded.postgres_group_commit.max_members, 8);
+
+    for bad in [
+        "postgres_group_commit_max = 0",
+        "postgres_group_commit_max = 1001",
+    ] {
+        let error = parse(bad).unwrap_err().to_string();
+        assert!(error.contains("postgres_group_commit_max"), "{error}");
+    }
+}

@@ -126,7 +126,9 @@ impl ClaimBatcher {
         }
         drop(queue);
         // One lock order for every batch: two batches (of this process or
-        // another) that share keys wait for each other, never deadlock.
+        // another) that share keys wait for each other, never deadlock. Body
+        // keys are not in this order; a deadlock over them is broken by
+        // PostgreSQL, which refuses one statement, whose members go alone.
         batch.sort_unstable_by(|a, b| {
             (&a.member.endpoint, &a.member.delivery_id)
                 .cmp(&(&b.member.endpoint, &b.member.delivery_id))

@@ -191,10 +191,16 @@ async fn drain(store: Store, shard: usize) {
             batch.into_iter().map(|w| (w.member, w.answer)).unzip();
         // Err: whether the failed batch may have committed.
         let outcome = match store.conn().await {
-            Ok(mut conn) => conn
-                .claim_completed_batch(&members)
-                .await
-                .map_err(|e| !rolled_back(&e)),
+            Ok(mut conn) => match conn.claim_completed_batch(&members).await {
+                Ok(won) => Ok(won),
+                Err(error) if rolled_back(&error) => Err(false),
+                // The connection lost the statement's answer (or is
+                // broken): it is closed, not handed to the next batch.
+                Err(_) => {
+                    conn.discard();
+                    Err(true)
+                }
+            },
             // Nothing was sent: each member tries on its own.
             Err(_) => Err(false),
         };

@@ -21,7 +21,7 @@
 
 use super::writer_thread::on_writer_thread;
 use super::{DbConn, InlineStatements, SqliteConn, StoreError, begin, begin_immediate};
-use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::{AsyncConnection, TransactionManager};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -415,10 +415,7 @@ impl Drop for Group {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             (self.rolled_back)();
-            match conn {
-                DbConn::Sqlite(conn) => drop(Object::take(conn)),
-                DbConn::Pg(conn) => drop(Object::take(*conn)),
-            }
+            conn.discard();
         }
     }
 }

@@ -403,6 +403,16 @@ enum Inner {
 }
 
 impl DbConn {
+    /// Closes the connection instead of giving it back to the pool: one in
+    /// a state the pool cannot see (a transaction left open, a statement
+    /// whose answer was lost) is not handed out again.
+    pub(super) fn discard(self) {
+        match self {
+            DbConn::Sqlite(conn) => drop(Object::take(conn)),
+            DbConn::Pg(conn) => drop(Object::take(*conn)),
+        }
+    }
+
     /// `NOTIFY channel` on PostgreSQL, delivered to every `LISTEN`ing
     /// instance when the transaction (if any) commits; nothing on SQLite,
     /// whose one process wakes its own tasks.

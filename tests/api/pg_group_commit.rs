@@ -12,7 +12,7 @@ use crate::observability::scrape;
 use crate::on_both_backends;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel_async::RunQueryDsl;
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::future::join_all;
 use idempotent_receiver::store::{
     BatchMember, Batched, DatabaseUrl, GroupCommitMetrics, PgGroupCommitOptions, PlannedWrite,
@@ -243,6 +243,102 @@ async fn deliveries_that_wait_together_commit_in_one_statement_and_each_claim_de
         }
     );
     assert_eq!(rows(&store).await, rows_of(14));
+}
+
+#[derive(QueryableByName)]
+struct Pid {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pid: i32,
+}
+
+/// A batch whose connection is lost with its statement sent says nothing of
+/// what committed: its members go alone with `maybe_committed`. The
+/// statement is held on a row lock that another transaction takes first,
+/// and its backend is then terminated, as a restarted server would.
+#[tokio::test]
+async fn a_batch_whose_connection_is_lost_tells_its_members_it_may_have_committed() {
+    let Some(app) = TestApp::spawn_if_available(Backend::Postgres).await else {
+        return;
+    };
+    let url = DatabaseUrl::parse(&app.database_url).expect("the test's URL");
+    let store = Store::connect(&url, &StoreOptions::default()).expect("a pool");
+    // Another transaction inserts the key `held` and keeps its row locked.
+    let mut holder = store.conn().await.expect("a connection");
+    with_conn!(&mut holder, |c| {
+        c.batch_execute(
+            "BEGIN; INSERT INTO deliveries (endpoint, delivery_id, request_hash, status, \
+             response_status, response_content_type, response_body, attempts, received_at, \
+             completed_at) VALUES ('batched', 'held', 'h', 'completed', 200, \
+             'application/json', '\\x7b7d', 1, now(), now())",
+        )
+        .await
+    })
+    .expect("the row is held");
+    let holder_pid = with_conn!(&mut holder, |c| {
+        diesel::sql_query("SELECT pg_backend_pid() AS pid")
+            .get_result::<Pid>(c)
+            .await
+    })
+    .expect("the holder's pid")
+    .pid;
+    let batch = together(
+        &store,
+        vec![
+            member("free", 9_600_000, None),
+            member("held", 9_600_001, None),
+        ],
+    );
+    // The batch's backend, once it waits on the held row, is terminated.
+    let killer = async {
+        let mut watcher = store.conn().await.expect("a connection");
+        let waiting = async {
+            loop {
+                let blocked = with_conn!(&mut watcher, |c| {
+                    diesel::sql_query(format!(
+                        "SELECT pid FROM pg_stat_activity \
+                         WHERE {holder_pid} = ANY(pg_blocking_pids(pid))"
+                    ))
+                    .get_result::<Pid>(c)
+                    .await
+                    .optional()
+                })
+                .expect("pg_stat_activity");
+                if let Some(blocked) = blocked {
+                    break blocked.pid;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        // The bound only turns a hang into a failure; nothing is timed.
+        let pid = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("the batch waits on the held row");
+        with_conn!(&mut watcher, |c| {
+            diesel::sql_query(format!("SELECT pg_terminate_backend({pid})"))
+                .execute(c)
+                .await
+        })
+        .expect("the backend is terminated");
+    };
+    let (answers, ()) = futures_util::join!(batch, killer);
+    assert_eq!(
+        answers,
+        vec![
+            Batched::Alone {
+                maybe_committed: true
+            };
+            2
+        ]
+    );
+    // The holder lets go; the statement that was cut off left nothing.
+    // The dead connection was closed, not given back to the pool: the
+    // reads and the next batch each get a live one, and the batch commits.
+    with_conn!(&mut holder, |c| c.batch_execute("ROLLBACK").await).expect("the holder rolls back");
+    drop(holder);
+    assert_eq!(rows(&store).await, rows_of(0));
+    let again = together(&store, vec![member("free", 9_600_000, None)]).await;
+    assert_eq!(again, [Batched::Won]);
+    assert_eq!(rows(&store).await, rows_of(1));
 }
 
 /// Fresh deliveries sent at once over HTTP: one effect each, and on

@@ -535,3 +535,28 @@ fn host_of(listen: &str) -> &str {
         .map(|(host, _)| host)
         .unwrap_or(listen)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::store_options;
+    use crate::config::Settings;
+
+    /// Both backends' group commit settings reach the store.
+    #[test]
+    fn the_store_gets_both_group_commit_settings() {
+        let settings = Settings::parse(
+            "postgres_group_commit_max = 8\nsqlite_group_commit = false",
+            "receiver.toml",
+            &|_| None,
+        )
+        .expect("valid settings");
+        let options = store_options(&settings);
+        assert_eq!(
+            options.postgres_group_commit,
+            settings.postgres_group_commit
+        );
+        assert_eq!(options.postgres_group_commit.max_members, 8);
+        assert!(options.postgres_group_commit.enabled);
+        assert!(!options.group_commit.enabled);
+    }
+}

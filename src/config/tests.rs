@@ -316,11 +316,6 @@ fn postgres_group_commit_is_on_by_default_and_can_be_switched_off_or_bounded() {
     );
     assert!(defaults.postgres_group_commit.enabled);
     assert_eq!(defaults.postgres_group_commit.max_members, 64);
-    assert_eq!(
-        crate::startup::store_options(&defaults).postgres_group_commit,
-        defaults.postgres_group_commit,
-        "the store gets the settings"
-    );
 
     let off = parse("postgres_group_commit = false").unwrap();
     assert!(!off.postgres_group_commit.enabled);

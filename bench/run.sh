@@ -336,6 +336,16 @@ $SERVER_ENDPOINTS
 EOF
 }
 
+# Whether this build takes `setting` (a top-level line of its
+# configuration): one from before the setting refuses the key, and
+# `migrate` says so without serving. Its files go in $WORK/probe*.
+accepts_setting() { # setting database_url
+  SERVER_TOP=$1
+  write_config "$WORK/probe.toml"
+  SERVER_TOP=
+  DATABASE_URL=$2 IR_DATA_DIR=$WORK/probe "$BIN" --config "$WORK/probe.toml" migrate >/dev/null 2>&1
+}
+
 # The receiver's RUST_LOG; empty: unset, so the receiver's own default
 # (info), which is what a user runs.
 SERVER_RUST_LOG=
@@ -580,16 +590,13 @@ EOF
   # `postgres_group_commit` refuses the key, and is measured as it is.
   off_port=$((port + 200))
   if [ "$PG_GC_OFF" = 1 ]; then
-    SERVER_TOP="postgres_group_commit = false"
-    write_config "$WORK/probe.toml"
-    if DATABASE_URL=$URL "$BIN" --config "$WORK/probe.toml" migrate >/dev/null 2>&1; then
+    if accepts_setting "postgres_group_commit = false" "$URL"; then
       main_pid=$SERVER_PID
       start_server "$URL" "$off_port"
       OFF_PID=$SERVER_PID SERVER_PID=$main_pid
     else
       echo "- this build refuses \`postgres_group_commit = false\` (it predates PostgreSQL's group commit): PostgreSQL fresh ran with its one setting only." >>"$NOTES"
     fi
-    SERVER_TOP=
   fi
   min_all=() own_all=() rx_all=() rx_min=() rx_own=() own_min=() off_all=() pg_on_off=()
   for round in $(seq 1 "$ROUNDS"); do
@@ -754,11 +761,8 @@ if [ "$SQLITE" = 1 ] && [ -z "$ONLY" ]; then
   sqlite_url="sqlite://$WORK/data/receiver.db"
   # A build from before `sqlite_group_commit` (issue #15) refuses the key
   # and has no group commit to turn off.
-  SERVER_TOP="sqlite_group_commit = false"
-  write_config "$WORK/probe.toml"
-  SERVER_TOP=
   gc_off=1
-  if ! DATABASE_URL="sqlite://$WORK/probe.db" IR_DATA_DIR=$WORK/probe "$BIN" --config "$WORK/probe.toml" migrate >/dev/null 2>&1; then
+  if ! accepts_setting "sqlite_group_commit = false" "sqlite://$WORK/probe.db"; then
     gc_off=0
     echo "- this build refuses \`sqlite_group_commit = false\` (it predates group commit): SQLite fresh ran with its one setting only." >>"$NOTES"
   fi

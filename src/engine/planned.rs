@@ -37,10 +37,11 @@ impl Engine {
     ) -> Result<OneStatement, EngineError> {
         // The caller asked the replay cache just before (`webhooks`'
         // `process_one`); a delivery that sends its own statement asks
-        // again once its connection is checked out, below. A plan that books takes a ledger id, so one is taken
-        // first: a spare drawn ahead (a hundred at a time), or, when none is
-        // left, a draw on a connection checked out here, which the
-        // statement then uses. An operation that does not plan gives it
+        // again once its connection is checked out, below. A plan that
+        // books takes a ledger id, so one is taken first: a spare drawn
+        // ahead (a hundred at a time), or, when none is left, a draw on a
+        // connection checked out here, which the statement then uses. An
+        // operation that does not plan gives it
         // back.
         let mut conn = None;
         let drawn = match self.store().spare_ledger_id() {

@@ -15,7 +15,7 @@
 //! start-up, and a wake-up of the receiver's thread are paid once a batch.
 
 use super::deliveries::StoredResponse;
-use super::one_statement::PlannedWrite;
+use super::one_statement::{PlannedWrite, binds};
 use super::prepared::FixedText;
 use super::{DbConn, StoreError};
 use chrono::NaiveDateTime;
@@ -177,17 +177,6 @@ impl<'a> Columns<'a> {
     }
 }
 
-/// Binds each array, with `", "` between them.
-macro_rules! arrays {
-    ($out:ident; $first_ty:ty => $first:expr $(, $ty:ty => $value:expr)* $(,)?) => {
-        $out.push_bind_param::<Array<$first_ty>, _>($first)?;
-        $(
-            $out.push_sql(", ");
-            $out.push_bind_param::<Array<$ty>, _>($value)?;
-        )*
-    };
-}
-
 impl QueryFragment<Pg> for Columns<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         // The claims, in the members' order: a batch's keys are sorted by
@@ -201,19 +190,19 @@ impl QueryFragment<Pg> for Columns<'_> {
              received_at, completed_at, body_key, request_body, response_status, \
              response_content_type, response_body, response_location FROM unnest(",
         );
-        arrays!(out;
-            Text => &self.endpoint,
-            Text => &self.delivery_id,
-            Text => &self.request_hash,
-            Nullable<Text> => &self.event_type,
-            Timestamp => &self.received_at,
-            Timestamp => &self.completed_at,
-            Nullable<Text> => &self.body_key,
-            Nullable<Binary> => &self.request_body,
-            Integer => &self.status,
-            Text => &self.content_type,
-            Binary => &self.body,
-            Nullable<Text> => &self.location,
+        binds!(out;
+            Array<Text> => &self.endpoint,
+            Array<Text> => &self.delivery_id,
+            Array<Text> => &self.request_hash,
+            Array<Nullable<Text>> => &self.event_type,
+            Array<Timestamp> => &self.received_at,
+            Array<Timestamp> => &self.completed_at,
+            Array<Nullable<Text>> => &self.body_key,
+            Array<Nullable<Binary>> => &self.request_body,
+            Array<Integer> => &self.status,
+            Array<Text> => &self.content_type,
+            Array<Binary> => &self.body,
+            Array<Nullable<Text>> => &self.location,
         );
         out.push_sql(
             ") AS batch (endpoint, delivery_id, request_hash, event_type, received_at, \
@@ -225,12 +214,12 @@ impl QueryFragment<Pg> for Columns<'_> {
              w.recorded_at FROM unnest(",
         );
         let e = &self.events;
-        arrays!(out;
-            Text => &e.endpoint,
-            Text => &e.delivery_id,
-            Nullable<Text> => &e.event_type,
-            Text => &e.payload,
-            Timestamp => &e.recorded_at,
+        binds!(out;
+            Array<Text> => &e.endpoint,
+            Array<Text> => &e.delivery_id,
+            Array<Nullable<Text>> => &e.event_type,
+            Array<Text> => &e.payload,
+            Array<Timestamp> => &e.recorded_at,
         );
         out.push_sql(
             ") AS w (endpoint, delivery_id, event_type, payload, recorded_at) \
@@ -244,16 +233,16 @@ impl QueryFragment<Pg> for Columns<'_> {
              w.created_at FROM unnest(",
         );
         let l = &self.ledger;
-        arrays!(out;
-            BigInt => &l.id,
-            Text => &l.endpoint,
-            Text => &l.delivery_id,
-            Text => &l.kind,
-            Text => &l.payment_id,
-            Nullable<Text> => &l.order_id,
-            BigInt => &l.amount,
-            Text => &l.currency,
-            Timestamp => &l.created_at,
+        binds!(out;
+            Array<BigInt> => &l.id,
+            Array<Text> => &l.endpoint,
+            Array<Text> => &l.delivery_id,
+            Array<Text> => &l.kind,
+            Array<Text> => &l.payment_id,
+            Array<Nullable<Text>> => &l.order_id,
+            Array<BigInt> => &l.amount,
+            Array<Text> => &l.currency,
+            Array<Timestamp> => &l.created_at,
         );
         out.push_sql(
             ") AS w (id, endpoint, delivery_id, kind, payment_id, order_id, amount, currency, \

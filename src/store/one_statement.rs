@@ -191,7 +191,7 @@ struct ClaimCompleted<'a> {
     writes: &'a [PlannedWrite<'a>],
 }
 
-/// Binds each value, with `", "` between them.
+/// Binds each value, with `", "` between them (also `claim_batch`'s arrays).
 macro_rules! binds {
     ($out:ident; $first_ty:ty => $first:expr $(, $ty:ty => $value:expr)* $(,)?) => {
         $out.push_bind_param::<$first_ty, _>($first)?;
@@ -201,6 +201,7 @@ macro_rules! binds {
         )*
     };
 }
+pub(super) use binds;
 
 impl QueryFragment<Pg> for ClaimCompleted<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {

@@ -11,6 +11,7 @@
 //! is never slowed down by it.
 
 use crate::store::Store;
+use crate::thread_shard::Padded;
 // foldhash, not std's SipHash: three hashes of a short key per replay were
 // about 1 % of a replay's CPU at SipHash's cost. Its seeds are random per
 // process; only keys of verified deliveries reach the tally, and at most
@@ -48,7 +49,7 @@ struct Shard {
 }
 
 pub(super) struct ReplayTally {
-    shards: [Mutex<Shard>; SHARDS],
+    shards: [Padded<Mutex<Shard>>; SHARDS],
     /// Distinct keys held in all shards: written only when a key is new to
     /// its shard, not on each count.
     keys: AtomicUsize,
@@ -58,7 +59,7 @@ pub(super) struct ReplayTally {
 impl Default for ReplayTally {
     fn default() -> Self {
         ReplayTally {
-            shards: std::array::from_fn(|_| Mutex::default()),
+            shards: std::array::from_fn(|_| Padded::default()),
             keys: AtomicUsize::new(0),
             writer_started: AtomicBool::new(false),
         }
@@ -78,7 +79,12 @@ impl ReplayTally {
         every: Duration,
     ) {
         self.add(scope, key, body_key);
-        if !self.writer_started.swap(true, Ordering::AcqRel) {
+        // Read before the swap: a swap writes the flag's line even when
+        // it changes nothing, and every replay on every worker would pass
+        // that line between the cores.
+        if !self.writer_started.load(Ordering::Acquire)
+            && !self.writer_started.swap(true, Ordering::AcqRel)
+        {
             tokio::spawn(write_counts(Arc::downgrade(self), store.clone(), every));
         }
     }

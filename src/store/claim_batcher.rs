@@ -22,6 +22,7 @@
 use super::Store;
 use super::claim_batch::BatchMember;
 use super::error::StoreError;
+use crate::thread_shard::Padded;
 use diesel::result::Error as DieselError;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::oneshot;
@@ -61,7 +62,7 @@ pub enum Batched {
 /// members meet on its own thread, and its drainer checks out connections
 /// from its own lane.
 pub(super) struct ClaimBatcher {
-    shards: Box<[Mutex<Queue>]>,
+    shards: Box<[Padded<Mutex<Queue>>]>,
     max_members: usize,
     /// Where each batch is reported: its size, or its failure.
     committed: fn(usize),
@@ -91,7 +92,7 @@ impl ClaimBatcher {
         failed: fn(),
     ) -> ClaimBatcher {
         ClaimBatcher {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS).map(|_| Padded::default()).collect(),
             max_members: options.max_members.max(1),
             committed,
             failed,

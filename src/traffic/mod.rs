@@ -14,6 +14,7 @@ pub mod latency;
 use crate::clock::SharedClock;
 use crate::store::traffic::TrafficCount;
 use crate::store::{Store, StoreError};
+use crate::thread_shard::Padded;
 use foldhash::fast::RandomState;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -94,7 +95,7 @@ fn add(counts: &mut EndpointCounts, key: (i64, Outcome, i32), count: i32) {
 /// worker's copy of the webhook face) counts into the same ones.
 #[derive(Clone)]
 pub struct Traffic {
-    pending: Arc<[Mutex<Pending>; SHARDS]>,
+    pending: Arc<[Padded<Mutex<Pending>>; SHARDS]>,
     /// Which minute a delivery is counted in: the store's clock, which
     /// tests move by hand.
     clock: SharedClock,
@@ -109,7 +110,7 @@ impl std::fmt::Debug for Traffic {
 impl Traffic {
     pub fn new(clock: SharedClock) -> Traffic {
         Traffic {
-            pending: Arc::new(std::array::from_fn(|_| Mutex::default())),
+            pending: Arc::new(std::array::from_fn(|_| Padded::default())),
             clock,
         }
     }

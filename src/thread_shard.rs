@@ -23,7 +23,7 @@ pub fn of_current_thread(shards: usize) -> usize {
 }
 
 /// A shard on cache lines of its own. Shards side by side in an array
-/// share lines (a `Mutex` around a map is about 50 bytes), so two threads
+/// share lines (a `Mutex` around a `HashMap` is 56 bytes), so two threads
 /// locking shards of their own still passed one line between their cores
 /// on every lock: the false sharing the shards were made to avoid. 128
 /// bytes, not 64, because x86's prefetcher fetches lines in pairs (as

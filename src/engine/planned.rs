@@ -41,8 +41,7 @@ impl Engine {
         // books takes a ledger id, so one is taken first: a spare drawn
         // ahead (a hundred at a time), or, when none is left, a draw on a
         // connection checked out here, which the statement then uses. An
-        // operation that does not plan gives it
-        // back.
+        // operation that does not plan gives it back.
         let mut conn = None;
         let drawn = match self.store().spare_ledger_id() {
             Some(id) => id,

@@ -24,6 +24,9 @@ use diesel::query_builder::{AstPass, Query, QueryFragment};
 use diesel::result::QueryResult;
 use diesel::sql_types::{Array, BigInt, Binary, Integer, Nullable, Text, Timestamp};
 use diesel_async::RunQueryDsl;
+// Keys of verified deliveries only, as in the replay tally.
+use foldhash::fast::RandomState;
+use std::collections::HashSet;
 
 /// One fresh delivery of a batch: its claim, completed with `response`, and
 /// the writes of its handlers. Owned, since it waits in a queue for the
@@ -62,12 +65,13 @@ impl DbConn {
         let columns = Columns::of(members);
         let won: Vec<(String, String)> =
             FixedText::<BatchStatement, _>::new(columns).load(c).await?;
+        // A set, not a search of the rows per member: a batch may hold up
+        // to `postgres_group_commit_max` (1,000) members.
+        let won: HashSet<(&str, &str), RandomState> =
+            won.iter().map(|(e, d)| (e.as_str(), d.as_str())).collect();
         Ok(members
             .iter()
-            .map(|m| {
-                won.iter()
-                    .any(|(e, d)| *e == m.endpoint && *d == m.delivery_id)
-            })
+            .map(|m| won.contains(&(m.endpoint.as_str(), m.delivery_id.as_str())))
             .collect())
     }
 }

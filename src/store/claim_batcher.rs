@@ -24,6 +24,8 @@ use super::claim_batch::BatchMember;
 use super::error::StoreError;
 use crate::thread_shard::Padded;
 use diesel::result::Error as DieselError;
+use foldhash::fast::RandomState;
+use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::oneshot;
 
@@ -116,10 +118,21 @@ impl ClaimBatcher {
             return Vec::new();
         }
         let waiting = std::mem::take(&mut queue.waiting);
+        // Which members go, in the order they came: a set of the keys
+        // taken, not a search of the batch per member, since a batch may
+        // hold up to `postgres_group_commit_max` (1,000) members.
+        let mut keys: HashSet<(&str, &str), RandomState> = HashSet::default();
+        let goes: Vec<bool> = waiting
+            .iter()
+            .map(|w| {
+                keys.len() < self.max_members
+                    && keys.insert((&w.member.endpoint, &w.member.delivery_id))
+            })
+            .collect();
+        drop(keys);
         let mut batch: Vec<Waiting> = Vec::with_capacity(waiting.len().min(self.max_members));
-        for w in waiting {
-            let repeat = batch.iter().any(|b| same_key(&b.member, &w.member));
-            if batch.len() < self.max_members && !repeat {
+        for (w, goes) in waiting.into_iter().zip(goes) {
+            if goes {
                 batch.push(w);
             } else {
                 queue.waiting.push(w);
@@ -136,10 +149,6 @@ impl ClaimBatcher {
         });
         batch
     }
-}
-
-fn same_key(a: &BatchMember, b: &BatchMember) -> bool {
-    a.delivery_id == b.delivery_id && a.endpoint == b.endpoint
 }
 
 impl Store {

@@ -295,7 +295,6 @@ impl Store {
         self.shared.ledger_ids.take(conn).await
     }
 
-    /// A ledger id drawn ahead and not used yet, if there is one.
     /// PostgreSQL's batches of fresh deliveries, where they are on.
     fn claim_batcher(&self) -> Option<&claim_batcher::ClaimBatcher> {
         self.shared.claim_batcher.as_ref()
@@ -304,9 +303,10 @@ impl Store {
     /// Whether fresh deliveries that plan go in batches
     /// ([`Store::claim_completed_batched`]).
     pub fn batches_claims(&self) -> bool {
-        self.shared.claim_batcher.is_some()
+        self.claim_batcher().is_some()
     }
 
+    /// A ledger id drawn ahead and not used yet, if there is one.
     pub fn spare_ledger_id(&self) -> Option<i64> {
         self.shared.ledger_ids.spare()
     }

@@ -11,8 +11,15 @@
 //! inside the span when it completes, and the span is entered on drop only
 //! when the future did not complete (a request cancelled by its client),
 //! so that what its drop logs still names the request.
+//!
+//! The span may be owned or borrowed (any `Borrow<Span>`): a face that
+//! makes its span and then reads it again while the future runs (to record
+//! the answer on it) borrows it rather than asking `Span::current()`, a
+//! lookup of the thread's span stack, a clone and a close of the span,
+//! each through the registry.
 
 use pin_project_lite::pin_project;
+use std::borrow::Borrow;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,30 +28,30 @@ use tracing::Span;
 pin_project! {
     /// See the module. Made by [`InSpanExt::in_span`].
     #[must_use = "futures do nothing unless polled"]
-    pub struct InSpan<F> {
-        span: Span,
+    pub struct InSpan<F, S: Borrow<Span>> {
+        span: S,
         // `None` once the inner future has completed and been dropped.
         #[pin]
         inner: Option<F>,
     }
 
-    impl<F> PinnedDrop for InSpan<F> {
+    impl<F, S: Borrow<Span>> PinnedDrop for InSpan<F, S> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
             if this.inner.is_some() {
-                let _entered = this.span.enter();
+                let _entered = (*this.span).borrow().enter();
                 this.inner.set(None);
             }
         }
     }
 }
 
-impl<F: Future> Future for InSpan<F> {
+impl<F: Future, S: Borrow<Span>> Future for InSpan<F, S> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
-        let _entered = this.span.enter();
+        let _entered = (*this.span).borrow().enter();
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             // As an `async` block does: polling a finished future is a bug
             // of the caller's, not something a request can cause.
@@ -56,9 +63,9 @@ impl<F: Future> Future for InSpan<F> {
     }
 }
 
-/// `.in_span(span)` on any future.
+/// `.in_span(span)` on any future, with `span` owned or borrowed.
 pub trait InSpanExt: Future + Sized {
-    fn in_span(self, span: Span) -> InSpan<Self> {
+    fn in_span<S: Borrow<Span>>(self, span: S) -> InSpan<Self, S> {
         InSpan {
             span,
             inner: Some(self),
@@ -142,6 +149,26 @@ mod tests {
                 journal.entries(),
                 ["enter outer", "drop in outer", "exit outer"],
                 "one enter for the poll, and the inner future dropped within it"
+            );
+        });
+    }
+
+    #[test]
+    fn a_borrowed_span_is_entered_as_an_owned_one_is() {
+        with_journal(|journal| {
+            let span = tracing::info_span!("outer");
+            let noted = NotesDrop(journal.clone());
+            let future = async {
+                let _held = noted;
+                // The span the future was given is the current one.
+                assert_eq!(Span::current().id(), span.id());
+                7
+            }
+            .in_span(&span);
+            assert_eq!(futures_util::FutureExt::now_or_never(future), Some(7));
+            assert_eq!(
+                journal.entries(),
+                ["enter outer", "drop in outer", "exit outer"],
             );
         });
     }

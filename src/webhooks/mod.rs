@@ -254,22 +254,24 @@ async fn receive(
     webhooks: web::Data<Webhooks>,
 ) -> HttpResponse {
     // Made before it is entered: a caller's trace can only be continued
-    // by a span that has not started.
+    // by a span that has not started. Lent, not looked up again: see
+    // `InSpan`.
     let span = traced::webhook_span(&request, path.as_ref());
-    receive_in(request, path, payload, webhooks)
-        .in_span(span)
+    receive_in(request, path, payload, webhooks, &span)
+        .in_span(&span)
         .await
 }
 
+/// [`receive`] inside `span`, the request's `webhook` span.
 async fn receive_in(
     request: HttpRequest,
     path: impl AsRef<str>,
     payload: web::Payload,
     webhooks: web::Data<Webhooks>,
+    span: &tracing::Span,
 ) -> HttpResponse {
     let started = Instant::now();
-    let answered = answer(&request, path.as_ref(), payload, &webhooks, started).await;
-    let span = tracing::Span::current();
+    let answered = answer(&request, path.as_ref(), payload, &webhooks, span, started).await;
     // One record for all: each record is a lookup of the span, a lock of
     // its extensions and an append to its formatted fields, in every layer
     // (a `None` records nothing). The fields are visited in this order,
@@ -287,7 +289,7 @@ async fn receive_in(
         reason = answered.reason.as_deref(),
         duration_ms = millis(started.elapsed()),
     );
-    traced::answered(&span, &answered);
+    traced::answered(span, &answered);
     let status = answered.response.status().as_u16();
     match &answered.detail {
         Some(detail) => tracing::info!(status, detail = %escaped(detail), "delivery answered"),
@@ -327,12 +329,14 @@ impl Answered {
     }
 }
 
-/// Verifies and processes one delivery, counting it in the metrics.
+/// Verifies and processes one delivery, counting it in the metrics; `span`
+/// is the request's `webhook` span, the current one.
 async fn answer(
     request: &HttpRequest,
     name: &str,
     payload: web::Payload,
     webhooks: &Webhooks,
+    span: &tracing::Span,
     started: Instant,
 ) -> Answered {
     // An unknown endpoint is not counted per endpoint: its name comes from
@@ -382,7 +386,14 @@ async fn answer(
         }
     };
     let body_fingerprint = crate::digest_hex::sha256_hex(&body);
-    if let Some(answered) = replay_early(webhooks, &endpoint, &signed, &body_fingerprint, started) {
+    if let Some(answered) = replay_early(
+        webhooks,
+        &endpoint,
+        &signed,
+        &body_fingerprint,
+        span,
+        started,
+    ) {
         return answered;
     }
     // Boxed: what follows (the parse, the claim, the handlers) would
@@ -398,6 +409,7 @@ async fn answer(
         &verified,
         body_fingerprint,
         verifying,
+        span,
         started,
     ))
     .await
@@ -414,6 +426,7 @@ async fn answer_fresh(
     verified: &Verified,
     body_fingerprint: String,
     verifying: tracing::Span,
+    span: &tracing::Span,
     started: Instant,
 ) -> Answered {
     let provider = endpoint.provider.name();
@@ -454,9 +467,8 @@ async fn answer_fresh(
         }
         Incoming::Deliveries(deliveries) => deliveries,
     };
-    let span = tracing::Span::current();
     if let Some((claim, _)) = deliveries.first() {
-        record_delivery(&span, &claim.scope, &claim.key, claim.event_type.as_deref());
+        record_delivery(span, &claim.scope, &claim.key, claim.event_type.as_deref());
     }
     let batch = deliveries.len() > 1;
     let mut results = Vec::with_capacity(deliveries.len());
@@ -585,6 +597,7 @@ fn replay_early(
     endpoint: &Endpoint,
     signed: &SignedRequest<'_>,
     body_fingerprint: &str,
+    span: &tracing::Span,
     started: Instant,
 ) -> Option<Answered> {
     let key = endpoint.provider.header_key(signed)?;
@@ -599,12 +612,7 @@ fn replay_early(
     metrics::delivery_verified(&endpoint.name, provider);
     // The span's fields are recorded with the answer (`receive_in`); the
     // trace's attributes are set here, as for any delivery.
-    traced::delivery(
-        &tracing::Span::current(),
-        &endpoint.name,
-        key,
-        event_type.as_deref(),
-    );
+    traced::delivery(span, &endpoint.name, key, event_type.as_deref());
     let result = Ok(Outcome::Replayed(response));
     count(
         &webhooks.traffic,

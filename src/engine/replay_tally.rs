@@ -11,7 +11,7 @@
 //! is never slowed down by it.
 
 use crate::store::Store;
-use crate::thread_shard::Padded;
+use crossbeam_utils::CachePadded;
 // foldhash, not std's SipHash: three hashes of a short key per replay were
 // about 1 % of a replay's CPU at SipHash's cost. Its seeds are random per
 // process; only keys of verified deliveries reach the tally, and at most
@@ -49,7 +49,7 @@ struct Shard {
 }
 
 pub(super) struct ReplayTally {
-    shards: [Padded<Mutex<Shard>>; SHARDS],
+    shards: [CachePadded<Mutex<Shard>>; SHARDS],
     /// Distinct keys held in all shards: written only when a key is new to
     /// its shard, not on each count.
     keys: AtomicUsize,
@@ -59,7 +59,7 @@ pub(super) struct ReplayTally {
 impl Default for ReplayTally {
     fn default() -> Self {
         ReplayTally {
-            shards: std::array::from_fn(|_| Padded::default()),
+            shards: std::array::from_fn(|_| CachePadded::default()),
             keys: AtomicUsize::new(0),
             writer_started: AtomicBool::new(false),
         }

@@ -22,7 +22,7 @@
 use super::Store;
 use super::claim_batch::BatchMember;
 use super::error::StoreError;
-use crate::thread_shard::Padded;
+use crossbeam_utils::CachePadded;
 use diesel::result::Error as DieselError;
 use foldhash::fast::RandomState;
 use std::collections::HashSet;
@@ -64,7 +64,7 @@ pub enum Batched {
 /// members meet on its own thread, and its drainer checks out connections
 /// from its own lane.
 pub(super) struct ClaimBatcher {
-    shards: Box<[Padded<Mutex<Queue>>]>,
+    shards: Box<[CachePadded<Mutex<Queue>>]>,
     max_members: usize,
     /// Where each batch is reported: its size, or its failure.
     committed: fn(usize),
@@ -94,7 +94,7 @@ impl ClaimBatcher {
         failed: fn(),
     ) -> ClaimBatcher {
         ClaimBatcher {
-            shards: (0..SHARDS).map(|_| Padded::default()).collect(),
+            shards: (0..SHARDS).map(|_| CachePadded::default()).collect(),
             max_members: options.max_members.max(1),
             committed,
             failed,

@@ -14,7 +14,7 @@ pub mod latency;
 use crate::clock::SharedClock;
 use crate::store::traffic::TrafficCount;
 use crate::store::{Store, StoreError};
-use crate::thread_shard::Padded;
+use crossbeam_utils::CachePadded;
 use foldhash::fast::RandomState;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -95,7 +95,7 @@ fn add(counts: &mut EndpointCounts, key: (i64, Outcome, i32), count: i32) {
 /// worker's copy of the webhook face) counts into the same ones.
 #[derive(Clone)]
 pub struct Traffic {
-    pending: Arc<[Padded<Mutex<Pending>>; SHARDS]>,
+    pending: Arc<[CachePadded<Mutex<Pending>>; SHARDS]>,
     /// Which minute a delivery is counted in: the store's clock, which
     /// tests move by hand.
     clock: SharedClock,
@@ -110,7 +110,7 @@ impl std::fmt::Debug for Traffic {
 impl Traffic {
     pub fn new(clock: SharedClock) -> Traffic {
         Traffic {
-            pending: Arc::new(std::array::from_fn(|_| Padded::default())),
+            pending: Arc::new(std::array::from_fn(|_| CachePadded::default())),
             clock,
         }
     }

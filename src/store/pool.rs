@@ -400,8 +400,9 @@ mod tests {
     /// Pooled connections keep their savepoint journals in memory: a
     /// journal in a temporary file (`temp_store = FILE`) is a memory buffer
     /// up to the build's `STMTJRNL_SPILL`, which `.cargo/config.toml` sets
-    /// to 1 MiB, beside `DEFAULT_MEMSTATUS=0`. Without those flags the
-    /// bundled SQLite still works, slower; this says they were lost.
+    /// to 1 MiB, beside `DEFAULT_MEMSTATUS=0`, `THREADSAFE=2` and no
+    /// `ENABLE_MEMORY_MANAGEMENT`. Without those flags the bundled SQLite
+    /// still works, slower; this says they were lost.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pooled_connections_journal_savepoints_in_one_megabyte_of_memory() {
         #[derive(diesel::QueryableByName)]
@@ -437,9 +438,17 @@ mod tests {
             .iter()
             .map(|o| o.compile_options.as_str())
             .collect();
-        for flag in ["STMTJRNL_SPILL=1048576", "DEFAULT_MEMSTATUS=0"] {
+        for flag in [
+            "STMTJRNL_SPILL=1048576",
+            "DEFAULT_MEMSTATUS=0",
+            "THREADSAFE=2",
+        ] {
             assert!(compiled.contains(&flag), "{flag} not in {compiled:?}");
         }
+        assert!(
+            !compiled.contains(&"ENABLE_MEMORY_MANAGEMENT"),
+            "ENABLE_MEMORY_MANAGEMENT in {compiled:?}"
+        );
     }
 
     /// SQLite's pool hands out the connection that came back last, so that

@@ -641,6 +641,12 @@ async fn process_one(
     let key = claim.key.clone();
     let store = engine.store().clone();
     let task_endpoint = endpoint.clone();
+    // Held here until the task's result is back, so that the event is
+    // freed on this thread rather than on SQLite's writer thread (see
+    // `RunHandlers::shared`): the task drops its operation before it
+    // answers. A queued endpoint's operation takes the event whole.
+    let task_event = Arc::new(event);
+    let kept = endpoint.queue.is_none().then(|| task_event.clone());
     // Once a delivery is claimed it runs to the end even if the sender hangs
     // up: a cancelled future would leave its transaction to the pool to
     // clean. The task carries the request's spans, so that the engine's
@@ -648,16 +654,25 @@ async fn process_one(
     // where it runs: it is not `Send`.
     let task = store.run_delivery(move || {
         let operation: Box<dyn Operation> = match task_endpoint.queue.clone() {
-            Some(settings) => Box::new(Enqueue::new(event, settings)),
-            None => Box::new(RunHandlers::new(
+            Some(settings) => Box::new(Enqueue::new(Arc::unwrap_or_clone(task_event), settings)),
+            None => Box::new(RunHandlers::shared(
                 task_endpoint,
-                event,
+                task_event,
                 engine.store().clock().clone(),
             )),
         };
-        async move { engine.process(&claim, operation.as_ref()).await }.instrument(span)
+        async move {
+            let result = engine.process(&claim, operation.as_ref()).await;
+            // Before the answer goes back, so that `kept` is the event's
+            // last handle.
+            drop(operation);
+            result
+        }
+        .instrument(span)
     });
-    match task.await {
+    let answered = task.await;
+    drop(kept);
+    match answered {
         Ok(result) => {
             if matches!(result, Ok(Outcome::Fresh(_))) {
                 if endpoint.queue.is_some() {

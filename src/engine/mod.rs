@@ -232,18 +232,27 @@ impl Engine {
         operation: &dyn Operation,
     ) -> Result<Outcome, EngineError> {
         let mut rejection: Option<StoredResponse> = None;
-        // The operation's statements may fly with the claim: on PostgreSQL
-        // (SQLite has no round trips to save), not for work outside the
-        // database, which needs its lease first, and not for a parallel
-        // copy of a delivery this process is already on (see `in_flight`);
-        // and on the first pass only (a later one stores a refusal alone).
-        let held = (self.store().backend() == Backend::Postgres
-            && !operation.has_external_effects())
-        .then(|| self.inner.in_flight.hold(&request.scope, &request.key));
-        let mut may_fly = held.as_ref().is_some_and(|held| held.alone);
-        if may_fly {
-            // The whole delivery in one statement, where the operation plans.
-            match Box::pin(self.claim_planned(request, operation)).await? {
+        // Where the operation plans, its answer and rows are claimed with
+        // the key (`planned`), and otherwise its statements may fly with
+        // the claim on PostgreSQL (SQLite has no round trips to save). Not
+        // for work outside the database, which needs its lease first, and
+        // not for a parallel copy of a delivery this process is already on
+        // (see `in_flight`), which would only lose; and on the first pass
+        // only (a later one stores a refusal alone).
+        let sqlite = self.store().backend() == Backend::Sqlite;
+        let held = (!operation.has_external_effects())
+            .then(|| self.inner.in_flight.hold(&request.scope, &request.key));
+        let alone = held.as_ref().is_some_and(|held| held.alone);
+        let mut may_fly = alone && !sqlite;
+        if alone {
+            // On PostgreSQL the whole delivery in one statement; on SQLite
+            // the claim completed and the rows in the delivery's savepoint.
+            let planned = if sqlite {
+                Box::pin(self.claim_planned_at_gate(request, operation)).await?
+            } else {
+                Box::pin(self.claim_planned(request, operation)).await?
+            };
+            match planned {
                 planned::OneStatement::Answered(answer) => return Ok(answer),
                 planned::OneStatement::NotPlanned => {}
                 // The key's row exists: statements sent ahead of the next

@@ -1,12 +1,9 @@
 use super::{Event, Handler, HandlerError, Plan};
-use crate::store::schema::events;
-use crate::store::{BoundTimestamp, DbConn, FixedText, Flight, PlannedWrite};
+use crate::store::{DbConn, FixedStatement, FixedText, Flight, PlannedWrite, event_upsert};
 use crate::with_conn;
-use diesel::ExpressionMethods;
 use diesel::pg::Pg;
 use diesel::query_builder::QueryFragment;
 use diesel::sqlite::Sqlite;
-use diesel::upsert::excluded;
 use diesel_async::RunQueryDsl;
 use futures_util::FutureExt;
 use futures_util::future::LocalBoxFuture;
@@ -77,33 +74,19 @@ fn recorded() -> Value {
     json!({ "recorded": true })
 }
 
-crate::fixed_statement!(EventUpsert);
-
-/// The event's row. A key runs again once its retention has passed (purged
-/// or not), and this table is never purged: the row of that earlier run is
-/// still here. The new run's payload replaces it — it is what was processed
-/// last — instead of failing every retry on the primary key.
+/// The event's row: the statement a planned delivery writes too
+/// (`store::event_upsert`), so the two cannot drift apart.
 fn upsert<'a>(
     event: &'a Event,
     payload: &'a str,
-) -> FixedText<EventUpsert, impl QueryFragment<Pg> + QueryFragment<Sqlite> + Send + 'a> {
-    let row = (
-        events::endpoint.eq(&event.endpoint),
-        events::delivery_id.eq(&event.delivery_id),
-        events::event_type.eq(event.event_type.as_deref()),
-        events::payload.eq(payload),
-        events::recorded_at.eq(BoundTimestamp(event.received_at)),
-    );
-    let query = diesel::insert_into(events::table)
-        .values(row)
-        .on_conflict((events::endpoint, events::delivery_id))
-        .do_update()
-        .set((
-            events::event_type.eq(excluded(events::event_type)),
-            events::payload.eq(excluded(events::payload)),
-            events::recorded_at.eq(excluded(events::recorded_at)),
-        ));
-    FixedText::new(query)
+) -> FixedText<impl FixedStatement, impl QueryFragment<Pg> + QueryFragment<Sqlite> + Send + 'a> {
+    event_upsert(
+        &event.endpoint,
+        &event.delivery_id,
+        event.event_type.as_deref(),
+        payload,
+        event.received_at,
+    )
 }
 
 #[cfg(test)]

@@ -174,6 +174,41 @@ fn claim_columns<'a>(
     )
 }
 
+crate::fixed_statement!(pub(super) ClaimCompletedInsert);
+
+/// The claim of a delivery whose answer is known before it (an operation
+/// that plans): the row is inserted already `completed`, with the answer
+/// and no lease, so no completion follows it. The same conflict rule as
+/// [`claim_insert`]: no target, both unique indexes count. Its text is one
+/// per backend, as every column is bound.
+pub(super) fn claim_completed_insert<'a>(
+    claim: &'a NewClaim<'a>,
+    response: &'a StoredResponse,
+    completed_at: NaiveDateTime,
+) -> FixedText<
+    ClaimCompletedInsert,
+    impl diesel::query_builder::QueryFragment<diesel::pg::Pg>
+    + diesel::query_builder::QueryFragment<diesel::sqlite::Sqlite>
+    + Send
+    + 'a,
+> {
+    FixedText::<ClaimCompletedInsert, _>::new(
+        diesel::insert_into(deliveries::table)
+            .values((
+                dsl::endpoint.eq(claim.endpoint),
+                claim_columns(claim),
+                (
+                    dsl::response_status.eq(i32::from(response.status)),
+                    dsl::response_content_type.eq(response.content_type.as_str()),
+                    dsl::response_body.eq(&response.body[..]),
+                    dsl::response_location.eq(response.location.as_deref()),
+                    dsl::completed_at.eq(BoundTimestamp(completed_at)),
+                ),
+            ))
+            .on_conflict_do_nothing(),
+    )
+}
+
 impl DbConn {
     /// `INSERT ... ON CONFLICT DO NOTHING`: true when this call created the
     /// row, false when the key (or, where set, the body key) already exists.

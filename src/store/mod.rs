@@ -19,6 +19,7 @@ mod migrate;
 mod one_statement;
 pub mod outbox;
 mod pipeline;
+mod planned_rows;
 mod pool;
 mod prepared;
 pub mod queue;
@@ -52,6 +53,7 @@ pub use listing::{
 };
 pub use one_statement::PlannedWrite;
 pub use pipeline::{AfterClaim, Flight};
+pub use planned_rows::event_upsert;
 pub use pool::{DatabaseUrl, StoreOptions};
 pub use prepared::{FixedStatement, FixedText, Prepared, SqlText, TextSlot};
 pub use replay_cache::{CachedCompletion, ReplayCache, ReplayCacheOptions};
@@ -128,7 +130,8 @@ struct Shared {
     /// Where SQLite's deliveries run; see [`writer_thread`].
     writer: Option<writer_thread::WriterThread>,
     clock: SharedClock,
-    /// Ledger ids drawn ahead for one-statement deliveries (PostgreSQL).
+    /// Ledger ids drawn ahead for deliveries that plan: PostgreSQL's
+    /// one-statement deliveries, SQLite's claimed completed.
     ledger_ids: ledger_ids::LedgerIds,
     /// PostgreSQL's group commit: fresh deliveries batched into one
     /// statement (see [`claim_batcher`]); none on SQLite or when off.
@@ -290,9 +293,36 @@ impl Store {
 
     /// A ledger id for a write planned before its statement (see
     /// `one_statement`), drawn ahead from the sequence on `conn` when none
-    /// is left. PostgreSQL only.
+    /// is left. PostgreSQL only; SQLite's: [`Store::take_ledger_id`].
     pub async fn draw_ledger_id(&self, conn: &mut DbConn) -> Result<i64, StoreError> {
         self.shared.ledger_ids.take(conn).await
+    }
+
+    /// A ledger id for a write planned before its statement, on SQLite: a
+    /// spare, or one of a hundred reserved in a transaction of their own
+    /// (see `ledger_ids`), durable before any is used. A rolled-back
+    /// reservation adds none.
+    pub async fn take_ledger_id(&self) -> Result<i64, StoreError> {
+        if let Some(id) = self.spare_ledger_id() {
+            return Ok(id);
+        }
+        let _reserving = self.shared.ledger_ids.reserving().await;
+        // Another delivery's reservation may have ended while this one waited.
+        if let Some(id) = self.spare_ledger_id() {
+            return Ok(id);
+        }
+        let mut tx = self.begin().await?;
+        let reserved = match tx.conn().reserve_ledger_ids().await {
+            Ok(reserved) => reserved,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(e);
+            }
+        };
+        let ids = &self.shared.ledger_ids;
+        tx.commit_then(|| ids.add(reserved)).await?;
+        self.spare_ledger_id()
+            .ok_or_else(|| StoreError::Unavailable("no ledger id was left".into()))
     }
 
     /// PostgreSQL's batches of fresh deliveries, where they are on.

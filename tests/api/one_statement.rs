@@ -1,8 +1,10 @@
 //! A fresh delivery whose handlers plan (the defaults, `record` and
 //! `payments`) is claimed, written and completed in one statement on
 //! PostgreSQL (`store::one_statement`), with its ledger id drawn ahead. On
-//! SQLite the same deliveries take the ordinary path: every assertion here
-//! holds on both.
+//! SQLite the claim inserts the row completed and the planned rows follow
+//! it in the delivery's savepoint (`store::planned_rows`), with ids
+//! reserved ahead from `sqlite_sequence`: every assertion here holds on
+//! both.
 
 use crate::admin::plant_in_progress;
 use crate::helpers::{ENDPOINT, TestApp, TestAppBuilder, payment};
@@ -103,6 +105,68 @@ both_backends!(
         let again = app.deliver(&ids[0], &bodies[0]).await;
         assert_eq!(again.headers()["idempotent-replayed"], "true");
         assert_eq!(ledger(app).await.len(), 40);
+    }
+);
+
+/// A ledger row numbered by the database itself, as the CLI or another
+/// process writing the same database would insert it.
+async fn insert_numbered_by_the_database(app: &TestApp) -> i64 {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        id: i64,
+    }
+    let mut conn = app.store.conn().await.expect("a connection");
+    let row: Id = with_conn!(&mut conn, |c| {
+        diesel::sql_query(
+            "INSERT INTO ledger_entries (endpoint, delivery_id, kind, payment_id, amount, currency, created_at) \
+             VALUES ('elsewhere', 'msg_elsewhere', 'charge', 'pay_elsewhere', 100, 'EUR', CURRENT_TIMESTAMP) \
+             RETURNING id",
+        )
+        .get_result(c)
+        .await
+    })
+    .expect("the insert runs");
+    row.id
+}
+
+both_backends!(
+    async fn the_ids_drawn_ahead_are_one_block_used_lowest_first_and_no_row_numbered_by_the_database_takes_one(app) {
+        // Forty first deliveries at once find no spare id: they share one
+        // draw of a hundred rather than each making its own, and use its
+        // lowest ids first.
+        let (_, _, answers) = payments_in_parallel(app, "msg_block_", 40).await;
+        let mut named = Vec::new();
+        for answer in answers {
+            assert_eq!(answer.status(), 200);
+            named.push(answered_ledger_id(&answer.bytes().await.unwrap()));
+        }
+        named.sort_unstable();
+        assert_eq!(named, (1..=40).collect::<Vec<i64>>());
+        // A row the database numbers itself goes past the ids drawn ahead,
+        // and the deliveries after it keep using those.
+        let elsewhere = insert_numbered_by_the_database(app).await;
+        assert_eq!(elsewhere, 101, "the next id past the one block drawn ahead");
+        let (ids, _, answers) = payments_in_parallel(app, "msg_after_", 10).await;
+        let mut after = Vec::new();
+        for (id, answer) in ids.iter().zip(answers) {
+            assert_eq!(answer.status(), 200, "{id}");
+            after.push(LedgerRow {
+                id: answered_ledger_id(&answer.bytes().await.unwrap()),
+                delivery_id: id.clone(),
+            });
+        }
+        after.sort_by_key(|row| row.id);
+        assert_eq!(
+            after.iter().map(|row| row.id).collect::<Vec<_>>(),
+            (41..=50).collect::<Vec<i64>>()
+        );
+        let rows = ledger(app).await;
+        assert_eq!(rows.len(), 51, "every row written once");
+        for row in &after {
+            assert!(rows.contains(row), "{row:?} is the row its answer names");
+        }
+        assert!(rows.contains(&LedgerRow { id: elsewhere, delivery_id: "msg_elsewhere".into() }));
     }
 );
 

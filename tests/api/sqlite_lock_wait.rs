@@ -22,6 +22,13 @@ async fn deliveries_waiting_for_another_process_write_lock_block_no_worker() {
     let Ok(DatabaseUrl::Sqlite(path)) = DatabaseUrl::parse(&app.database_url) else {
         panic!("a SQLite test app");
     };
+    // A first payment before the lock is taken: the ledger ids it reserves
+    // ahead are there for the deliveries below, which then all wait for the
+    // lock at the write gate, as any write does.
+    let first = app
+        .deliver("msg_before_the_lock", &payment("pay_before", 100))
+        .await;
+    assert_eq!(first.status(), 200);
     let mut other = diesel::SqliteConnection::establish(&path.to_string_lossy())
         .expect("a second connection to the file");
     other
@@ -62,7 +69,11 @@ async fn deliveries_waiting_for_another_process_write_lock_block_no_worker() {
                 .expect("answered while the deliveries wait for the lock");
             assert_eq!(health.status(), 200);
         }
-        assert_eq!(app.ledger_rows().await, 0, "nothing written yet");
+        assert_eq!(
+            app.ledger_rows().await,
+            1,
+            "nothing written yet but the first"
+        );
         other.batch_execute("ROLLBACK").expect("the lock let go");
     };
     let (answers, ()) = tokio::join!(deliveries, meanwhile);
@@ -70,5 +81,5 @@ async fn deliveries_waiting_for_another_process_write_lock_block_no_worker() {
     for answer in answers {
         assert_eq!(answer.status(), 200);
     }
-    assert_eq!(app.ledger_rows().await, 3);
+    assert_eq!(app.ledger_rows().await, 4);
 }

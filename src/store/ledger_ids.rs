@@ -22,6 +22,7 @@
 use super::{DbConn, StoreError};
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
+use std::future::Future;
 use std::sync::Mutex;
 
 /// How many ids one draw takes.
@@ -41,30 +42,27 @@ impl LedgerIds {
     /// A ledger id no other row has or will have, drawing more on `conn`
     /// when none is left. PostgreSQL only.
     pub(super) async fn take(&self, conn: &mut DbConn) -> Result<i64, StoreError> {
+        self.take_or_draw(|| conn.draw_from_sequence()).await
+    }
+
+    /// A spare id, or, when none is left, one of those `draw` gives. The
+    /// deliveries that find no spare at once wait for one draw rather than
+    /// each making its own, which would leave hundreds unused at the next
+    /// stop.
+    pub(super) async fn take_or_draw<F, Fut>(&self, draw: F) -> Result<i64, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<i64>, StoreError>>,
+    {
         if let Some(id) = self.spare() {
             return Ok(id);
         }
-        let _drawing = self.reserving().await;
+        let _drawing = self.1.lock().await;
         // Another delivery's draw may have ended while this one waited.
         if let Some(id) = self.spare() {
             return Ok(id);
         }
-        let DbConn::Pg(c) = conn else {
-            return Err(StoreError::Unavailable(
-                "ledger ids are drawn on PostgreSQL".into(),
-            ));
-        };
-        let c: &mut super::PgConn = c;
-        let mut drawn: Vec<i64> = diesel::sql_query(
-            "SELECT nextval(pg_get_serial_sequence('ledger_entries', 'id')) AS id \
-             FROM generate_series(1, $1)",
-        )
-        .bind::<BigInt, _>(DRAW)
-        .load::<Drawn>(c)
-        .await?
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+        let mut drawn = draw().await?;
         let mut spare = self.0.lock().unwrap_or_else(|p| p.into_inner());
         spare.append(&mut drawn);
         // Descending, so that ids go out lowest first, and one given back
@@ -72,15 +70,7 @@ impl LedgerIds {
         spare.sort_unstable_by(|a, b| b.cmp(a));
         spare
             .pop()
-            .ok_or_else(|| StoreError::Unavailable("the sequence gave no id".into()))
-    }
-
-    /// Adds ids drawn on SQLite (see [`DbConn::reserve_ledger_ids`]) to
-    /// the spares.
-    pub(super) fn add(&self, mut drawn: Vec<i64>) {
-        let mut spare = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        spare.append(&mut drawn);
-        spare.sort_unstable_by(|a, b| b.cmp(a));
+            .ok_or_else(|| StoreError::Unavailable("the draw gave no ledger id".into()))
     }
 
     /// Gives back an id taken but not written, in its place in the
@@ -91,19 +81,32 @@ impl LedgerIds {
         spare.insert(at, id);
     }
 
-    /// Held while ids are drawn (or on SQLite reserved): the deliveries that
-    /// find no spare at once wait for one draw rather than each making its
-    /// own, which would leave hundreds unused at the next stop.
-    pub(super) async fn reserving(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.1.lock().await
-    }
-
     pub(super) fn spare(&self) -> Option<i64> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
 }
 
 impl DbConn {
+    /// The sequence's next [`DRAW`] values. PostgreSQL only.
+    async fn draw_from_sequence(&mut self) -> Result<Vec<i64>, StoreError> {
+        let DbConn::Pg(c) = self else {
+            return Err(StoreError::Unavailable(
+                "ledger ids are drawn on PostgreSQL".into(),
+            ));
+        };
+        let c: &mut super::PgConn = c;
+        Ok(diesel::sql_query(
+            "SELECT nextval(pg_get_serial_sequence('ledger_entries', 'id')) AS id \
+             FROM generate_series(1, $1)",
+        )
+        .bind::<BigInt, _>(DRAW)
+        .load::<Drawn>(c)
+        .await?
+        .into_iter()
+        .map(|d| d.id)
+        .collect())
+    }
+
     /// Reserves the next [`DRAW`] ids of `ledger_entries` on SQLite, in the
     /// transaction this connection is in, which holds the write lock: the
     /// table's `AUTOINCREMENT` counter (`sqlite_sequence`) moves past them,

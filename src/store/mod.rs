@@ -303,26 +303,22 @@ impl Store {
     /// (see `ledger_ids`), durable before any is used. A rolled-back
     /// reservation adds none.
     pub async fn take_ledger_id(&self) -> Result<i64, StoreError> {
-        if let Some(id) = self.spare_ledger_id() {
-            return Ok(id);
-        }
-        let _reserving = self.shared.ledger_ids.reserving().await;
-        // Another delivery's reservation may have ended while this one waited.
-        if let Some(id) = self.spare_ledger_id() {
-            return Ok(id);
-        }
-        let mut tx = self.begin().await?;
-        let reserved = match tx.conn().reserve_ledger_ids().await {
-            Ok(reserved) => reserved,
-            Err(e) => {
-                let _ = tx.rollback().await;
-                return Err(e);
-            }
-        };
-        let ids = &self.shared.ledger_ids;
-        tx.commit_then(|| ids.add(reserved)).await?;
-        self.spare_ledger_id()
-            .ok_or_else(|| StoreError::Unavailable("no ledger id was left".into()))
+        self.shared
+            .ledger_ids
+            .take_or_draw(|| async {
+                let mut tx = self.begin().await?;
+                match tx.conn().reserve_ledger_ids().await {
+                    Ok(reserved) => {
+                        tx.commit().await?;
+                        Ok(reserved)
+                    }
+                    Err(e) => {
+                        let _ = tx.rollback().await;
+                        Err(e)
+                    }
+                }
+            })
+            .await
     }
 
     /// PostgreSQL's batches of fresh deliveries, where they are on.

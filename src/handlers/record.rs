@@ -1,5 +1,7 @@
 use super::{Event, Handler, HandlerError, Plan};
-use crate::store::{DbConn, FixedStatement, FixedText, Flight, PlannedWrite, event_upsert};
+use crate::store::{
+    DbConn, FixedStatement, FixedText, Flight, PlannedEvent, PlannedWrite, event_upsert,
+};
 use crate::with_conn;
 use diesel::pg::Pg;
 use diesel::query_builder::QueryFragment;
@@ -60,11 +62,11 @@ impl Handler for Record {
     ) -> Option<Result<Plan<'a>, HandlerError>> {
         // The row `upsert` writes, replacing an earlier run's the same way.
         Some(Ok(Plan {
-            write: Some(PlannedWrite::Event {
+            write: Some(PlannedWrite::Event(PlannedEvent {
                 event_type: event.event_type.as_deref().map(Cow::Borrowed),
                 payload: payload_text(&event.raw),
                 recorded_at: event.received_at,
-            }),
+            })),
             answer: Some(recorded()),
         }))
     }

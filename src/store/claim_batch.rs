@@ -142,37 +142,25 @@ impl<'a> Columns<'a> {
             c.location.push(m.response.location.as_deref());
             for write in &m.writes {
                 match write {
-                    PlannedWrite::Event {
-                        event_type,
-                        payload,
-                        recorded_at,
-                    } => {
+                    PlannedWrite::Event(event) => {
                         let e = &mut c.events;
                         e.endpoint.push(&m.endpoint);
                         e.delivery_id.push(&m.delivery_id);
-                        e.event_type.push(event_type.as_deref());
-                        e.payload.push(payload);
-                        e.recorded_at.push(*recorded_at);
+                        e.event_type.push(event.event_type.as_deref());
+                        e.payload.push(&event.payload);
+                        e.recorded_at.push(event.recorded_at);
                     }
-                    PlannedWrite::Ledger {
-                        id,
-                        kind,
-                        payment_id,
-                        order_id,
-                        amount,
-                        currency,
-                        created_at,
-                    } => {
+                    PlannedWrite::Ledger(entry) => {
                         let l = &mut c.ledger;
-                        l.id.push(*id);
+                        l.id.push(entry.id);
                         l.endpoint.push(&m.endpoint);
                         l.delivery_id.push(&m.delivery_id);
-                        l.kind.push(kind);
-                        l.payment_id.push(payment_id);
-                        l.order_id.push(order_id.as_deref());
-                        l.amount.push(*amount);
-                        l.currency.push(currency);
-                        l.created_at.push(*created_at);
+                        l.kind.push(entry.kind);
+                        l.payment_id.push(&entry.payment_id);
+                        l.order_id.push(entry.order_id.as_deref());
+                        l.amount.push(entry.amount);
+                        l.currency.push(&entry.currency);
+                        l.created_at.push(entry.created_at);
                     }
                 }
             }
@@ -265,6 +253,7 @@ impl Query for Columns<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::{PlannedEvent, PlannedLedgerEntry};
 
     fn member(id: &str, writes: Vec<PlannedWrite<'static>>) -> BatchMember {
         BatchMember {
@@ -291,12 +280,12 @@ mod tests {
     #[test]
     fn one_text_for_every_batch_and_each_write_keyed_by_its_delivery() {
         let at = NaiveDateTime::default();
-        let event = PlannedWrite::Event {
+        let event = PlannedWrite::Event(PlannedEvent {
             event_type: None,
             payload: "{}".into(),
             recorded_at: at,
-        };
-        let ledger = PlannedWrite::Ledger {
+        });
+        let ledger = PlannedWrite::Ledger(PlannedLedgerEntry {
             id: 7,
             kind: "charge",
             payment_id: "pay_1".into(),
@@ -304,7 +293,7 @@ mod tests {
             amount: 100,
             currency: "EUR".into(),
             created_at: at,
-        };
+        });
         let members = [
             member("a", vec![event.clone(), ledger]),
             member("b", vec![event]),

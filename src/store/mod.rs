@@ -51,7 +51,7 @@ pub use listing::{
     DeliveryDetail, DeliveryFilter, DeliverySummary, ERROR_KINDS, PagePosition, ScannedRow,
     StatusCount,
 };
-pub use one_statement::PlannedWrite;
+pub use one_statement::{PlannedEvent, PlannedLedgerEntry, PlannedWrite};
 pub use pipeline::{AfterClaim, Flight};
 pub use planned_rows::event_upsert;
 pub use pool::{DatabaseUrl, StoreOptions};

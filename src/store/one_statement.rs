@@ -33,64 +33,64 @@ use std::borrow::Cow;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlannedWrite<'a> {
     /// `record`'s row in `events`, replacing an earlier run's.
-    Event {
-        event_type: Option<Cow<'a, str>>,
-        payload: Cow<'a, str>,
-        recorded_at: NaiveDateTime,
-    },
+    Event(PlannedEvent<'a>),
     /// `payments`' row in `ledger_entries`, with an id drawn beforehand
     /// (see [`super::Store::draw_ledger_id`]).
-    Ledger {
-        id: i64,
-        kind: &'static str,
-        payment_id: Cow<'a, str>,
-        order_id: Option<Cow<'a, str>>,
-        amount: i64,
-        currency: Cow<'a, str>,
-        created_at: NaiveDateTime,
-    },
+    Ledger(PlannedLedgerEntry<'a>),
+}
+
+/// A planned row of `events`, keyed by its delivery when written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedEvent<'a> {
+    pub event_type: Option<Cow<'a, str>>,
+    pub payload: Cow<'a, str>,
+    pub recorded_at: NaiveDateTime,
+}
+
+/// A planned row of `ledger_entries`, keyed by its delivery when written.
+/// Each backend's statement binds its fields its own way (diesel's values,
+/// a `WITH` in one statement, a batch's arrays); a named struct keeps the
+/// field list in one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedLedgerEntry<'a> {
+    pub id: i64,
+    pub kind: &'static str,
+    pub payment_id: Cow<'a, str>,
+    pub order_id: Option<Cow<'a, str>>,
+    pub amount: i64,
+    pub currency: Cow<'a, str>,
+    pub created_at: NaiveDateTime,
+}
+
+/// An owned copy of borrowed text.
+fn own(text: &str) -> Cow<'static, str> {
+    Cow::Owned(text.to_owned())
 }
 
 impl PlannedWrite<'_> {
     /// The ledger id this write uses, if it is a ledger row.
     pub fn ledger_id(&self) -> Option<i64> {
         match self {
-            PlannedWrite::Ledger { id, .. } => Some(*id),
-            PlannedWrite::Event { .. } => None,
+            PlannedWrite::Ledger(entry) => Some(entry.id),
+            PlannedWrite::Event(_) => None,
         }
     }
 
     /// The same write, owning its values: for a batch that outlives the
     /// request it was planned from (see `claim_batch`).
     pub fn to_owned_write(&self) -> PlannedWrite<'static> {
-        let own = |text: &Cow<'_, str>| Cow::Owned(text.clone().into_owned());
         match self {
-            PlannedWrite::Event {
-                event_type,
-                payload,
-                recorded_at,
-            } => PlannedWrite::Event {
-                event_type: event_type.as_ref().map(own),
-                payload: own(payload),
-                recorded_at: *recorded_at,
-            },
-            PlannedWrite::Ledger {
-                id,
-                kind,
-                payment_id,
-                order_id,
-                amount,
-                currency,
-                created_at,
-            } => PlannedWrite::Ledger {
-                id: *id,
-                kind,
-                payment_id: own(payment_id),
-                order_id: order_id.as_ref().map(own),
-                amount: *amount,
-                currency: own(currency),
-                created_at: *created_at,
-            },
+            PlannedWrite::Event(event) => PlannedWrite::Event(PlannedEvent {
+                event_type: event.event_type.as_deref().map(own),
+                payload: own(&event.payload),
+                recorded_at: event.recorded_at,
+            }),
+            PlannedWrite::Ledger(entry) => PlannedWrite::Ledger(PlannedLedgerEntry {
+                payment_id: own(&entry.payment_id),
+                order_id: entry.order_id.as_deref().map(own),
+                currency: own(&entry.currency),
+                ..*entry
+            }),
         }
     }
 }
@@ -171,8 +171,8 @@ fn shape(writes: &[PlannedWrite<'_>]) -> Option<usize> {
     Some(writes.iter().rev().fold(0, |code, write| {
         code * 3
             + match write {
-                PlannedWrite::Event { .. } => 1,
-                PlannedWrite::Ledger { .. } => 2,
+                PlannedWrite::Event(_) => 1,
+                PlannedWrite::Ledger(_) => 2,
             }
     }))
 }
@@ -238,11 +238,11 @@ impl QueryFragment<Pg> for ClaimCompleted<'_> {
             let start = write_before(i as u64, 1, &mut name, 20);
             out.push_sql(std::str::from_utf8(&name[start..]).unwrap_or_default());
             match write {
-                PlannedWrite::Event {
+                PlannedWrite::Event(PlannedEvent {
                     event_type,
                     payload,
                     recorded_at,
-                } => {
+                }) => {
                     out.push_sql(
                         " AS (INSERT INTO events (endpoint, delivery_id, event_type, payload, \
                          recorded_at) SELECT endpoint, delivery_id, ",
@@ -258,7 +258,7 @@ impl QueryFragment<Pg> for ClaimCompleted<'_> {
                          recorded_at = excluded.recorded_at)",
                     );
                 }
-                PlannedWrite::Ledger {
+                PlannedWrite::Ledger(PlannedLedgerEntry {
                     id,
                     kind,
                     payment_id,
@@ -266,7 +266,7 @@ impl QueryFragment<Pg> for ClaimCompleted<'_> {
                     amount,
                     currency,
                     created_at,
-                } => {
+                }) => {
                     out.push_sql(
                         " AS (INSERT INTO ledger_entries (id, endpoint, delivery_id, kind, \
                          payment_id, order_id, amount, currency, created_at) SELECT ",
@@ -292,20 +292,20 @@ impl QueryFragment<Pg> for ClaimCompleted<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{ClaimCompleted, NewClaim, PlannedWrite, shape};
+    use super::{ClaimCompleted, NewClaim, PlannedEvent, PlannedLedgerEntry, PlannedWrite, shape};
     use chrono::NaiveDateTime;
     use diesel::pg::Pg;
 
     fn event(at: NaiveDateTime) -> PlannedWrite<'static> {
-        PlannedWrite::Event {
+        PlannedWrite::Event(PlannedEvent {
             event_type: None,
             payload: "{}".into(),
             recorded_at: at,
-        }
+        })
     }
 
     fn ledger(at: NaiveDateTime) -> PlannedWrite<'static> {
-        PlannedWrite::Ledger {
+        PlannedWrite::Ledger(PlannedLedgerEntry {
             id: 7,
             kind: "charge",
             payment_id: "pay_1".into(),
@@ -313,7 +313,7 @@ mod tests {
             amount: 100,
             currency: "EUR".into(),
             created_at: at,
-        }
+        })
     }
 
     /// The statement for `writes` as diesel renders it, with its binds.
@@ -417,7 +417,7 @@ mod tests {
         assert!(codes.iter().all(|&c| c < super::SHAPES));
         // Two lists of one shape share a code and a text: the values are
         // all bound.
-        let other = PlannedWrite::Ledger {
+        let other = PlannedWrite::Ledger(PlannedLedgerEntry {
             id: 9,
             kind: "refund",
             payment_id: "pay_2".into(),
@@ -425,7 +425,7 @@ mod tests {
             amount: 5,
             currency: "USD".into(),
             created_at: at,
-        };
+        });
         assert_eq!(shape(&[event(at), other.clone()]), shape(&kinds));
         let text = |r: String| r[..r.find(" -- binds").expect("binds")].to_owned();
         assert_eq!(text(rendered(&[event(at), other])), text(rendered(&kinds)));

@@ -17,7 +17,7 @@
 
 use super::deliveries::{NewClaim, StoredResponse, claim_completed_insert};
 use super::schema::{events, ledger_entries};
-use super::{BoundTimestamp, DbConn, FixedText, PlannedWrite, StoreError};
+use super::{BoundTimestamp, DbConn, FixedText, PlannedLedgerEntry, PlannedWrite, StoreError};
 use crate::with_conn;
 use chrono::NaiveDateTime;
 use diesel::ExpressionMethods;
@@ -64,28 +64,21 @@ crate::fixed_statement!(pub LedgerRowInsert);
 
 /// A planned ledger row, with the id its plan drew (and named in its
 /// answer) instead of the column's default.
-#[allow(clippy::too_many_arguments)]
 fn ledger_row_insert<'a>(
     endpoint: &'a str,
     delivery_id: &'a str,
-    id: i64,
-    kind: &'a str,
-    payment_id: &'a str,
-    order_id: Option<&'a str>,
-    amount: i64,
-    currency: &'a str,
-    created_at: NaiveDateTime,
+    entry: &'a PlannedLedgerEntry<'_>,
 ) -> FixedText<LedgerRowInsert, impl QueryFragment<Pg> + QueryFragment<Sqlite> + Send + 'a> {
     FixedText::new(diesel::insert_into(ledger_entries::table).values((
-        ledger_entries::id.eq(id),
+        ledger_entries::id.eq(entry.id),
         ledger_entries::endpoint.eq(endpoint),
         ledger_entries::delivery_id.eq(delivery_id),
-        ledger_entries::kind.eq(kind),
-        ledger_entries::payment_id.eq(payment_id),
-        ledger_entries::order_id.eq(order_id),
-        ledger_entries::amount.eq(amount),
-        ledger_entries::currency.eq(currency),
-        ledger_entries::created_at.eq(BoundTimestamp(created_at)),
+        ledger_entries::kind.eq(entry.kind),
+        ledger_entries::payment_id.eq(&*entry.payment_id),
+        ledger_entries::order_id.eq(entry.order_id.as_deref()),
+        ledger_entries::amount.eq(entry.amount),
+        ledger_entries::currency.eq(&*entry.currency),
+        ledger_entries::created_at.eq(BoundTimestamp(entry.created_at)),
     )))
 }
 
@@ -125,40 +118,18 @@ impl DbConn {
         write: &PlannedWrite<'_>,
     ) -> Result<(), StoreError> {
         match write {
-            PlannedWrite::Event {
-                event_type,
-                payload,
-                recorded_at,
-            } => {
+            PlannedWrite::Event(event) => {
                 let upsert = event_upsert(
                     endpoint,
                     delivery_id,
-                    event_type.as_deref(),
-                    payload,
-                    *recorded_at,
+                    event.event_type.as_deref(),
+                    &event.payload,
+                    event.recorded_at,
                 );
                 with_conn!(self, |c| upsert.execute(c).await)?;
             }
-            PlannedWrite::Ledger {
-                id,
-                kind,
-                payment_id,
-                order_id,
-                amount,
-                currency,
-                created_at,
-            } => {
-                let insert = ledger_row_insert(
-                    endpoint,
-                    delivery_id,
-                    *id,
-                    kind,
-                    payment_id,
-                    order_id.as_deref(),
-                    *amount,
-                    currency,
-                    *created_at,
-                );
+            PlannedWrite::Ledger(entry) => {
+                let insert = ledger_row_insert(endpoint, delivery_id, entry);
                 with_conn!(self, |c| insert.execute(c).await)?;
             }
         }

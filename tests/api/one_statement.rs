@@ -12,8 +12,8 @@ use crate::{both_backends, both_backends_with};
 use diesel::prelude::*;
 use diesel_async::RunQueryDsl;
 use idempotent_receiver::handlers::{Event, Handler, HandlerError, Plan};
-use idempotent_receiver::store::PlannedWrite;
 use idempotent_receiver::store::{DbConn, DeliveryRow};
+use idempotent_receiver::store::{PlannedLedgerEntry, PlannedWrite};
 use idempotent_receiver::with_conn;
 use serde_json::Value;
 
@@ -349,7 +349,7 @@ impl Handler for Fee {
     ) -> Option<Result<Plan<'a>, HandlerError>> {
         let id = self.next_id();
         Some(Ok(Plan {
-            write: Some(PlannedWrite::Ledger {
+            write: Some(PlannedWrite::Ledger(PlannedLedgerEntry {
                 id,
                 kind: "charge",
                 payment_id: format!("fee_{}", event.delivery_id).into(),
@@ -357,7 +357,7 @@ impl Handler for Fee {
                 amount: 1,
                 currency: "EUR".into(),
                 created_at: event.received_at,
-            }),
+            })),
             answer: Some(serde_json::json!({ "fee_id": id })),
         }))
     }

@@ -15,8 +15,8 @@ use diesel::prelude::*;
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use futures_util::future::join_all;
 use idempotent_receiver::store::{
-    BatchMember, Batched, DatabaseUrl, GroupCommitMetrics, PgGroupCommitOptions, PlannedWrite,
-    Store, StoreOptions, StoredResponse,
+    BatchMember, Batched, DatabaseUrl, GroupCommitMetrics, PgGroupCommitOptions, PlannedEvent,
+    PlannedLedgerEntry, PlannedWrite, Store, StoreOptions, StoredResponse,
 };
 use idempotent_receiver::with_conn;
 use std::sync::Mutex;
@@ -52,12 +52,12 @@ fn member(id: &str, ledger_id: i64, body_key: Option<&str>) -> BatchMember {
             location: None,
         },
         writes: vec![
-            PlannedWrite::Event {
+            PlannedWrite::Event(PlannedEvent {
                 event_type: Some("payment.succeeded".into()),
                 payload: format!("{{\"id\":\"{id}\"}}").into(),
                 recorded_at: at,
-            },
-            PlannedWrite::Ledger {
+            }),
+            PlannedWrite::Ledger(PlannedLedgerEntry {
                 id: ledger_id,
                 kind: "charge",
                 payment_id: format!("pay_{id}").into(),
@@ -65,7 +65,7 @@ fn member(id: &str, ledger_id: i64, body_key: Option<&str>) -> BatchMember {
                 amount: 100,
                 currency: "EUR".into(),
                 created_at: at,
-            },
+            }),
         ],
     }
 }

@@ -1,6 +1,6 @@
 use super::{Event, Handler, HandlerError, Plan};
 use crate::store::schema::ledger_entries;
-use crate::store::{BoundTimestamp, DbConn, FixedText, Flight, PlannedWrite};
+use crate::store::{BoundTimestamp, DbConn, FixedText, Flight, PlannedLedgerEntry, PlannedWrite};
 use crate::with_conn;
 use diesel::ExpressionMethods;
 use diesel_async::RunQueryDsl;
@@ -145,7 +145,7 @@ impl Handler for Payments {
         let id = ledger_id.take()?;
         let answer = Some(entry(id, &m));
         Some(Ok(Plan {
-            write: Some(PlannedWrite::Ledger {
+            write: Some(PlannedWrite::Ledger(PlannedLedgerEntry {
                 id,
                 kind: m.kind,
                 payment_id: m.payment_id,
@@ -153,7 +153,7 @@ impl Handler for Payments {
                 amount: m.amount,
                 currency: m.currency.into(),
                 created_at: event.received_at,
-            }),
+            })),
             answer,
         }))
     }

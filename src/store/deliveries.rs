@@ -78,6 +78,34 @@ impl DeliveryRow {
     }
 }
 
+/// A key's stored answer as its columns: set by a completion and inserted
+/// by a claim that is completed from the start
+/// ([`claim_completed_insert`]), so that a replay's bytes cannot depend on
+/// which of the two wrote them. `None` is bound as NULL in both, which
+/// keeps each statement's text one per backend.
+#[derive(Insertable, AsChangeset)]
+#[diesel(table_name = deliveries)]
+#[diesel(treat_none_as_null = true, treat_none_as_default_value = false)]
+struct Answer<'a> {
+    response_status: i32,
+    response_content_type: &'a str,
+    response_body: &'a [u8],
+    response_location: Option<&'a str>,
+    completed_at: BoundTimestamp,
+}
+
+impl<'a> Answer<'a> {
+    fn of(response: &'a StoredResponse, at: NaiveDateTime) -> Answer<'a> {
+        Answer {
+            response_status: i32::from(response.status),
+            response_content_type: &response.content_type,
+            response_body: &response.body[..],
+            response_location: response.location.as_deref(),
+            completed_at: BoundTimestamp(at),
+        }
+    }
+}
+
 /// The columns a key's completion writes: its answer, and no lease any more.
 /// One changeset for the engine's fenced completion and an operator's
 /// reprocessing, so the two cannot drift apart.
@@ -86,11 +114,8 @@ impl DeliveryRow {
 #[diesel(treat_none_as_null = true)]
 struct Completion<'a> {
     status: &'a str,
-    response_status: i32,
-    response_content_type: &'a str,
-    response_body: &'a [u8],
-    response_location: Option<&'a str>,
-    completed_at: BoundTimestamp,
+    #[diesel(embed)]
+    answer: Answer<'a>,
     lease_owner: Option<&'a str>,
     lease_expires_at: Option<BoundTimestamp>,
 }
@@ -99,11 +124,7 @@ impl<'a> Completion<'a> {
     fn of(response: &'a StoredResponse, now: NaiveDateTime) -> Completion<'a> {
         Completion {
             status: COMPLETED,
-            response_status: i32::from(response.status),
-            response_content_type: &response.content_type,
-            response_body: &response.body[..],
-            response_location: response.location.as_deref(),
-            completed_at: BoundTimestamp(now),
+            answer: Answer::of(response, now),
             lease_owner: None,
             lease_expires_at: None,
         }
@@ -197,13 +218,7 @@ pub(super) fn claim_completed_insert<'a>(
             .values((
                 dsl::endpoint.eq(claim.endpoint),
                 claim_columns(claim),
-                (
-                    dsl::response_status.eq(i32::from(response.status)),
-                    dsl::response_content_type.eq(response.content_type.as_str()),
-                    dsl::response_body.eq(&response.body[..]),
-                    dsl::response_location.eq(response.location.as_deref()),
-                    dsl::completed_at.eq(BoundTimestamp(completed_at)),
-                ),
+                Answer::of(response, completed_at),
             ))
             .on_conflict_do_nothing(),
     )

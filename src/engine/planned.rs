@@ -243,7 +243,7 @@ impl Engine {
         // left, a stand-in tells whether the plan books at all: an
         // operation that does not plan, or does not book, reserves nothing;
         // one that books is planned again with a reserved id, once in a
-        // hundred.
+        // hundred, untraced (`replan_untraced`).
         let spare = self.store().spare_ledger_id();
         let mut ledger_id = Some(spare.unwrap_or(0));
         let planned = plan_of(request, operation, &mut ledger_id);
@@ -253,7 +253,7 @@ impl Engine {
             (Some(planned), Some(id)) => (Some(planned), Some(id)),
             (Some(planned), None) if !booked => (Some(planned), None),
             (Some(_), None) => match self.store().take_ledger_id().await {
-                Ok(id) => (plan_of(request, operation, &mut Some(id)), Some(id)),
+                Ok(id) => (replan_untraced(request, operation, id), Some(id)),
                 Err(StoreError::LockTimeout) => return Ok(OneStatement::Answered(busy())),
                 Err(e) => return Err(e.into()),
             },
@@ -328,6 +328,21 @@ impl Engine {
             }
         }
     }
+}
+
+/// `operation` planned again with the reserved `ledger_id`, after a plan
+/// with a stand-in id found that it books. A plan decides from the event
+/// and the id alone, so the first one's spans and lines already tell what
+/// the handlers decided: this one runs with no subscriber, so that each
+/// handler shows once in the delivery's trace and log, not twice.
+fn replan_untraced<'o>(
+    request: &ClaimRequest,
+    operation: &'o dyn Operation,
+    ledger_id: i64,
+) -> Option<Planned<'o>> {
+    tracing::dispatcher::with_default(&tracing::Dispatch::none(), || {
+        plan_of(request, operation, &mut Some(ledger_id))
+    })
 }
 
 /// Busy at this instant: another writer held the key (or SQLite's write

@@ -231,6 +231,42 @@ both_backends_with!(forwarding_to_the_collector;
     }
 );
 
+both_backends!(
+    /// The first delivery of a new process finds no spare ledger id. The
+    /// `payments` handler books, so on SQLite a plan with a stand-in id
+    /// tells that it needs one, and the handlers plan again with a reserved
+    /// id: each handler is still traced once.
+    async fn a_booking_delivery_with_no_spare_ledger_id_traces_each_handler_once(app) {
+        // The exporter, installed before the delivery makes its spans.
+        pipeline();
+        let (trace_id, _, traceparent) = caller_context();
+        let id = format!("msg_{trace_id}");
+        let response = deliver_with(app, &id, &payment("pay_first", 100), &traceparent).await;
+        assert_eq!(response.status(), 200);
+        let answer: serde_json::Value = response.json().await.expect("a JSON answer");
+        assert!(answer.pointer("/effects/payments/ledger_entry_id").is_some_and(|v| v.is_i64()), "{answer}");
+
+        let spans = wait_for(|spans| {
+            let traced = in_trace(spans, &trace_id);
+            ["webhook", "process", "handler"].iter().all(|name| traced.iter().any(|s| s.name() == *name))
+        })
+        .await;
+        let traced = in_trace(&spans, &trace_id);
+        let process = one(&traced, "process");
+        let mut handled: Vec<_> = traced
+            .iter()
+            .filter(|s| s.name() == "handler")
+            .map(|s| {
+                assert_eq!(s.parent_span_id(), process.span_id());
+                s.attribute("webhook.handler").unwrap_or_default()
+            })
+            .collect();
+        handled.sort();
+        assert_eq!(handled, ["payments", "record"], "one span per handler: {traced:#?}");
+        assert_eq!(one(&traced, "webhook").attribute("webhook.outcome").as_deref(), Some("processed"));
+    }
+);
+
 both_backends_with!(forwarding_to_the_collector;
     async fn a_refused_delivery_has_a_span_with_the_reason_and_status_error(app) {
         let (trace_id, caller_span, traceparent) = caller_context();

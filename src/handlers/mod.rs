@@ -92,7 +92,10 @@ pub trait Handler: Send + Sync + 'static {
     /// drawn for the delivery's ledger row; a plan that writes one takes it
     /// (and where it is gone already, returns `None`). A plan must mean
     /// exactly what `handle` does: the same row, the same answer, the same
-    /// refusal.
+    /// refusal. It must decide from the event and the id alone: on SQLite
+    /// a delivery that finds no spare id is planned with a stand-in first,
+    /// and a plan that took it is made again with a reserved id, with no
+    /// tracing subscriber (its spans and lines are the first plan's).
     ///
     /// Where every handler of an endpoint plans, a fresh delivery on
     /// PostgreSQL claims its key, makes the writes and stores its answer in
